@@ -1,0 +1,170 @@
+"""Pack many generation requests into one ``Cosmos3OmniTransformer`` forward.
+
+The transformer takes one packed sequence: every understanding (text) token first, then
+every generation (vision) token. diffusers' own processor treats that sequence as a single
+sample, so naively packing two requests would let them attend to each other.
+:class:`PackedRowsAttnProcessor` (installed with ``transformer.set_attn_processor``)
+restores per-request isolation with padding and attention masks: row ``r``'s text tokens
+attend causally to row ``r``'s text only, and row ``r``'s vision tokens attend to row
+``r``'s text and vision tokens only.
+
+A *row* is one sequence of ``Cosmos3OmniPipeline``: the conditional or the unconditional
+prompt of one request. Positions (mRoPE) and token order inside a row are exactly the
+pipeline's; only the placement of rows side by side is ours.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from diffusers.models.transformers.transformer_cosmos3 import _rotate_half
+from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
+    get_3d_mrope_ids_text_tokens,
+    get_3d_mrope_ids_vae_tokens,
+)
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """The static description of one row: its prompt tokens and its latent grid."""
+
+    input_ids: tuple[int, ...]
+    latent_frames: int
+    latent_height: int
+    latent_width: int
+    fps: float
+
+
+@dataclass
+class RowLayout:
+    """Where each row's tokens sit in the packed und/gen streams (``-1``-free gathers)."""
+
+    und_index: torch.Tensor  # [R, Umax] positions in the und stream (0 where padded)
+    und_valid: torch.Tensor  # [R, Umax] bool
+    gen_index: torch.Tensor  # [R, Gmax]
+    gen_valid: torch.Tensor  # [R, Gmax]
+
+
+def _padded_index(lengths: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+    longest = max(lengths)
+    starts = torch.tensor([0] + lengths[:-1], device=device).cumsum(0)
+    offsets = torch.arange(longest, device=device)
+    valid = offsets[None, :] < torch.tensor(lengths, device=device)[:, None]
+    index = torch.where(valid, starts[:, None] + offsets[None, :], torch.zeros_like(offsets)[None, :])
+    return index, valid
+
+
+class PackedRows:
+    """The step-invariant part of a packed forward over a list of rows."""
+
+    def __init__(self, rows: list[RowSpec], transformer_config, temporal_compression: int, device):
+        cfg = transformer_config
+        p = cfg.latent_patch_size
+        self.rows = rows
+        text_positions, vision_positions = [], []
+        self.token_shapes, self.noisy_frames, und_lengths, gen_lengths = [], [], [], []
+        for row in rows:
+            ids, next_offset = get_3d_mrope_ids_text_tokens(
+                len(row.input_ids), temporal_offset=0, use_float_positions=cfg.enable_fps_modulation
+            )
+            text_positions.append(ids)
+            grid = (row.latent_frames, math.ceil(row.latent_height / p), math.ceil(row.latent_width / p))
+            vision_ids, _ = get_3d_mrope_ids_vae_tokens(
+                *grid,
+                temporal_offset=next_offset + cfg.unified_3d_mrope_temporal_modality_margin,
+                reset_spatial_indices=cfg.unified_3d_mrope_reset_spatial_ids,
+                fps=row.fps if cfg.enable_fps_modulation else None,
+                base_fps=float(cfg.base_fps),
+                temporal_compression_factor=temporal_compression,
+            )
+            vision_positions.append(vision_ids)
+            self.token_shapes.append(grid)
+            self.noisy_frames.append(torch.arange(grid[0], device=device))
+            und_lengths.append(len(row.input_ids))
+            gen_lengths.append(math.prod(grid))
+        self.und_len = sum(und_lengths)
+        self.gen_lengths = gen_lengths
+        gen_len = sum(gen_lengths)
+        self.input_ids = torch.tensor([i for row in rows for i in row.input_ids], dtype=torch.long, device=device)
+        self.position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device)
+        self.gen_indexes = torch.arange(self.und_len, self.und_len + gen_len, device=device)
+        und_index, und_valid = _padded_index(und_lengths, device)
+        gen_index, gen_valid = _padded_index(gen_lengths, device)
+        self.layout = RowLayout(und_index, und_valid, gen_index, gen_valid)
+
+    def transformer_kwargs(self, latents: list[torch.Tensor], timesteps: list[float], dtype) -> dict:
+        """Keyword arguments of ``Cosmos3OmniTransformer.forward`` for this step."""
+        device = self.input_ids.device
+        vision_timesteps = torch.cat(
+            [torch.full((n,), t, device=device) for n, t in zip(self.gen_lengths, timesteps)]
+        )
+        return dict(
+            input_ids=self.input_ids,
+            text_indexes=torch.arange(self.und_len, device=device),
+            position_ids=self.position_ids,
+            und_len=self.und_len,
+            sequence_length=self.und_len + self.gen_indexes.numel(),
+            vision_tokens=[latent.to(device=device, dtype=dtype) for latent in latents],
+            vision_token_shapes=self.token_shapes,
+            vision_sequence_indexes=self.gen_indexes,
+            vision_mse_loss_indexes=self.gen_indexes,
+            vision_timesteps=vision_timesteps,
+            vision_noisy_frame_indexes=self.noisy_frames,
+            return_dict=False,
+        )
+
+
+def _rope(x, cos, sin):
+    return x * cos + _rotate_half(x) * sin
+
+
+class PackedRowsAttnProcessor:
+    """Cosmos 3 dual-pathway attention with every row isolated from the others.
+
+    Same projections, norms and rotary embeddings as diffusers' ``Cosmos3AttnProcessor``;
+    the attention itself runs on rows padded to a common length with boolean masks.
+    ``layout`` must be set (by :class:`~cosmos3_gym.generator.Cosmos3Generator`) before
+    each forward.
+    """
+
+    def __init__(self):
+        self.layout: RowLayout | None = None
+
+    def __call__(self, attn, und_seq, gen_seq, rotary_emb):
+        layout = self.layout
+        heads, kv_heads, head_dim = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
+        q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, head_dim))
+        k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, head_dim))
+        v_und = attn.to_v(und_seq).view(-1, kv_heads, head_dim)
+        k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
+        q_gen = attn.norm_added_q(attn.add_q_proj(gen_seq).view(-1, heads, head_dim))
+        k_gen = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, head_dim))
+        v_gen = attn.add_v_proj(gen_seq).view(-1, kv_heads, head_dim)
+
+        cos_und, sin_und, cos_gen, sin_gen = (t.unsqueeze(1) for t in rotary_emb)
+        q_und, k_und = _rope(q_und, cos_und, sin_und), _rope(k_und, cos_und, sin_und)
+        k_und_for_gen = _rope(k_und_for_gen, cos_und, sin_und)
+        q_gen, k_gen = _rope(q_gen, cos_gen, sin_gen), _rope(k_gen, cos_gen, sin_gen)
+
+        def rows(x, index):  # packed [L, h, d] -> padded [R, h, Lmax, d]
+            return x[index].transpose(1, 2)
+
+        und_len = layout.und_index.shape[1]
+        causal = torch.ones(und_len, und_len, dtype=torch.bool, device=und_seq.device).tril()
+        und_mask = causal[None, None] & layout.und_valid[:, None, None, :]
+        und_out = F.scaled_dot_product_attention(
+            rows(q_und, layout.und_index), rows(k_und, layout.und_index), rows(v_und, layout.und_index),
+            attn_mask=und_mask, enable_gqa=True,
+        )
+        gen_keys = torch.cat([rows(k_und_for_gen, layout.und_index), rows(k_gen, layout.gen_index)], dim=2)
+        gen_values = torch.cat([rows(v_und, layout.und_index), rows(v_gen, layout.gen_index)], dim=2)
+        gen_mask = torch.cat([layout.und_valid, layout.gen_valid], dim=1)[:, None, None, :]
+        gen_out = F.scaled_dot_product_attention(
+            rows(q_gen, layout.gen_index), gen_keys, gen_values, attn_mask=gen_mask, enable_gqa=True
+        )
+        und_out = und_out.transpose(1, 2).flatten(-2)[layout.und_valid]
+        gen_out = gen_out.transpose(1, 2).flatten(-2)[layout.gen_valid]
+        return attn.to_out(und_out), attn.to_add_out(gen_out)

@@ -1,0 +1,71 @@
+"""What the single and the vector env share: spaces, engine construction, input checks.
+
+Every check here raises before anything changes, so a rejected call leaves the env usable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+
+from .engine import RolloutEngine
+from .generator import Cosmos3Generator
+from .presets import Preset
+from .tiny_model import TINY_CHECKPOINT
+
+OPTION_KEYS = ("prompt", "negative_prompt")
+
+
+def build_engine(preset: Preset, num_slots: int, device=None, dtype=None) -> RolloutEngine:
+    generator = Cosmos3Generator.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device, dtype=dtype)
+    grid = preset.sigma_grid_for(generator.scheduler, generator.pipeline.config.use_native_flow_schedule)
+    return RolloutEngine(generator, num_slots, num_frames=preset.num_frames, height=preset.height,
+                         width=preset.width, fps=preset.fps, grid=grid, kind=preset.kind,
+                         max_prompt_tokens=preset.max_prompt_tokens)
+
+
+def observation_space(latent_shape, num_steps: int) -> spaces.Dict:
+    return spaces.Dict({
+        "latent": spaces.Box(-np.inf, np.inf, shape=tuple(latent_shape), dtype=np.float32),
+        "sigma": spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32),
+        "step": spaces.Discrete(num_steps + 1),
+    })
+
+
+def action_space(preset: Preset, latent_shape) -> spaces.Box:
+    if preset.action_mode == "noise":
+        return spaces.Box(-np.inf, np.inf, shape=tuple(latent_shape), dtype=np.float32)
+    low = np.array([preset.guidance_bounds[0], preset.noise_level_bounds[0]], dtype=np.float32)
+    high = np.array([preset.guidance_bounds[1], preset.noise_level_bounds[1]], dtype=np.float32)
+    return spaces.Box(low, high, dtype=np.float32)
+
+
+def checked_action(action, space: spaces.Box, batch_shape: tuple = ()) -> np.ndarray:
+    """The action as float32 ``batch_shape + space.shape``; raises ``ValueError`` saying what is wrong."""
+    expected = batch_shape + space.shape
+    array = np.asarray(action.detach().cpu() if hasattr(action, "detach") else action)
+    if array.dtype.kind not in "fiu":
+        raise ValueError(f"action has dtype {array.dtype}; expected real numbers (float32) of shape {expected}")
+    if array.shape != expected:
+        raise ValueError(f"action has shape {array.shape}; expected {expected}")
+    array = array.astype(np.float32)
+    if not np.isfinite(array).all():
+        raise ValueError(f"action holds NaN or Inf: {array if array.size <= 8 else 'in a large array'}; "
+                         f"every entry must be finite")
+    bounded = np.isfinite(space.low) & np.isfinite(space.high)
+    if bounded.any():
+        outside = (array < space.low) | (array > space.high)
+        if outside.any():
+            raise ValueError(f"action {array.tolist()} lies outside the action space bounds "
+                             f"low={space.low.tolist()}, high={space.high.tolist()} (guidance_scale, noise_level); "
+                             f"clip it or widen the preset's guidance_bounds / noise_level_bounds")
+    return array
+
+
+def checked_options(options: dict | None) -> dict:
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTION_KEYS))
+    if unknown:
+        raise ValueError(f"unknown reset option(s) {unknown}; allowed: {list(OPTION_KEYS)}")
+    return options
+

@@ -1,0 +1,121 @@
+"""The embedded tiny Cosmos 3 checkpoint: the real diffusers classes at a toy size.
+
+The checkpoint shipped in ``cosmos3_gym/assets/cosmos3-tiny`` was written by
+:func:`build_tiny_checkpoint`; it has the diffusers layout of ``nvidia/Cosmos3-*``
+(``transformer/``, ``vae/``, ``text_tokenizer/``, ``scheduler/``) so it loads through the
+same loader as a real checkpoint. Its weights are randomly initialised from a fixed seed:
+the videos it makes are noise-like, but every code path (packing, mRoPE, CFG, VAE decode)
+is the one a real checkpoint runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+TINY_CHECKPOINT = Path(__file__).parent / "assets" / "cosmos3-tiny"
+
+# Special tokens of the Cosmos 3 text tokenizer (Qwen chat format plus vision markers).
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+]
+
+# Qwen-style chat template; `add_vision_id` is accepted (and ignored) like the real one.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+TRANSFORMER_CONFIG = dict(
+    hidden_size=64,
+    head_dim=16,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    latent_channel=4,
+    latent_patch_size=2,
+    patch_latent_dim=2 * 2 * 4,
+    rope_axes_dim=[4, 2, 2],
+    hidden_act="silu",
+)
+
+VAE_CONFIG = dict(
+    base_dim=16,
+    z_dim=4,
+    dim_mult=[1, 2, 2],
+    num_res_blocks=1,
+    attn_scales=[],
+    temperal_downsample=[True, True],
+    latents_mean=[0.0] * 4,
+    latents_std=[1.0] * 4,
+    scale_factor_temporal=4,
+    scale_factor_spatial=4,
+)
+
+SCHEDULER_CONFIG = dict(
+    num_train_timesteps=1000,
+    prediction_type="flow_prediction",
+    use_flow_sigmas=True,
+    flow_shift=3.0,
+    final_sigmas_type="zero",
+)
+
+
+def build_tiny_tokenizer():
+    """A byte-level tokenizer (no merges) with the Cosmos 3 chat template and special tokens.
+
+    Byte-level with no merges makes it lossless for any UTF-8 prompt and identical on every machine.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_vocab = {token: i for i, token in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    core = Tokenizer(models.BPE(vocab=byte_vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_checkpoint(path: str | Path, seed: int = 0) -> Path:
+    """Write the tiny checkpoint (diffusers layout, safetensors weights) to ``path``."""
+    from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
+
+    path = Path(path)
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.save_pretrained(path / "text_tokenizer")
+    torch.manual_seed(seed)
+    transformer = Cosmos3OmniTransformer(vocab_size=len(tokenizer), **TRANSFORMER_CONFIG)
+    transformer.save_pretrained(path / "transformer", safe_serialization=True)
+    vae = AutoencoderKLWan(**VAE_CONFIG)
+    vae.save_pretrained(path / "vae", safe_serialization=True)
+    UniPCMultistepScheduler(**SCHEDULER_CONFIG).save_pretrained(path / "scheduler")
+    model_index = {
+        "_class_name": "Cosmos3OmniPipeline",
+        "_diffusers_version": "0.42.1",
+        "enable_safety_checker": False,
+        "default_use_system_prompt": True,
+        "use_native_flow_schedule": False,
+        "scheduler": ["diffusers", "UniPCMultistepScheduler"],
+        "text_tokenizer": ["transformers", "PreTrainedTokenizerFast"],
+        "transformer": ["diffusers", "Cosmos3OmniTransformer"],
+        "vae": ["diffusers", "AutoencoderKLWan"],
+    }
+    (path / "model_index.json").write_text(json.dumps(model_index, indent=2) + "\n")
+    return path
