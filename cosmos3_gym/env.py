@@ -119,7 +119,7 @@ class Cosmos3RolloutEnv(gym.Env):
         negative = options.get("negative_prompt", self.preset.negative_prompt)
         self.engine.reset_slots([0], [episode_seed], [prompt], [negative])
         self._episode_over = False
-        return self._obs(), {"prompt": prompt, "seed": episode_seed, "sigmas": self.engine.sigmas[0].cpu().numpy()}
+        return self._obs(), {"prompt": prompt, "seed": episode_seed, "sigmas": self.engine.sigmas[0].cpu().numpy().copy()}
 
     def step(self, action):
         if self._episode_over:

@@ -64,7 +64,7 @@ def serving_grid(scheduler, num_steps: int, use_native_flow_schedule: bool = Fal
     sigmas = scheduler.sigmas.float().cpu()
     # UniPC nudges sigma_0 from 1 to 1 - 1e-6 to keep its own log finite. Undo that: the SDE's
     # first step must see sigma = 1 (pure noise) and use sigmas[1] there, as Flow-GRPO does.
-    if abs(float(sigmas[0]) - 1.0) <= 1e-6:
+    if abs(float(sigmas[0]) - 1.0) <= 2e-6:
         sigmas[0] = 1.0
     timesteps = torch.cat([scheduler.timesteps.float().cpu(), torch.zeros(1)])
     return _validated(sigmas, timesteps)

@@ -1,0 +1,40 @@
+import gymnasium as gym
+import pytest
+import torch
+
+import cosmos3_gym  # noqa: F401  (registers the env ids)
+from cosmos3_gym.generator import Cosmos3Generator
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def tiny_generator():
+    return Cosmos3Generator.embedded(device="cpu")
+
+
+@pytest.fixture
+def make_env():
+    envs = []
+
+    def make(env_id="Cosmos3Rollout-v0", **kwargs):
+        env = gym.make(env_id, **kwargs)
+        envs.append(env)
+        return env
+
+    yield make
+    for env in envs:
+        env.close()
+
+
+def run_episode(env, seed, actions=None, options=None):
+    """Run one episode; returns (final obs, reward, list of infos)."""
+    obs, _ = env.reset(seed=seed, options=options)
+    infos, k, terminated = [], 0, False
+    while not terminated:
+        action = env.unwrapped.default_action if actions is None else actions[k]
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert not truncated
+        infos.append(info)
+        k += 1
+    return obs, reward, infos

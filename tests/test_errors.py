@@ -1,0 +1,113 @@
+"""Bad input raises a clear error naming what is wrong, and the env stays usable."""
+
+import numpy as np
+import pytest
+
+import gymnasium as gym
+
+
+def assert_still_usable(env):
+    _, _, terminated, _, info = env.step(env.unwrapped.default_action)
+    assert np.isfinite(info["log_prob"])
+
+
+@pytest.fixture
+def env(make_env):
+    env = make_env(num_steps=3)
+    env.reset(seed=0)
+    return env
+
+
+@pytest.mark.parametrize("action,match", [
+    (np.zeros(3, dtype=np.float32), r"shape \(3,\)"),
+    (np.array(["a", "b"]), "dtype"),
+    (np.array([np.nan, 0.5], dtype=np.float32), "NaN"),
+    (np.array([6.0, 1.5], dtype=np.float32), "outside the action space bounds"),
+    (np.array([0.0, 0.5], dtype=np.float32), "outside the action space bounds"),
+])
+def test_bad_actions(env, action, match):
+    with pytest.raises(ValueError, match=match):
+        env.step(action)
+    assert_still_usable(env)
+
+
+def test_bad_noise_action(make_env):
+    env = make_env(num_steps=3, action_mode="noise")
+    env.reset(seed=0)
+    shape = env.observation_space["latent"].shape
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros(shape[1:], dtype=np.float32))
+    bad = np.zeros(shape, dtype=np.float32)
+    bad[0, 0, 0, 0] = np.inf
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        env.step(bad)
+    env.step(env.action_space.sample())
+
+
+def test_unknown_option_and_bad_prompts(env):
+    with pytest.raises(ValueError, match=r"unknown reset option\(s\) \['promt'\]"):
+        env.reset(seed=1, options={"promt": "typo"})
+    assert_still_usable(env)
+    with pytest.raises(ValueError, match="prompt must be a str, got int"):
+        env.reset(seed=1, options={"prompt": 42})
+    assert_still_usable(env)
+    with pytest.raises(ValueError, match="max_prompt_tokens=1024"):
+        env.reset(seed=1, options={"prompt": "a red ball " * 200})
+    assert_still_usable(env)
+
+
+def test_prompt_budget_can_be_set(make_env):
+    env = make_env(num_steps=2, max_prompt_tokens=50)
+    with pytest.raises(ValueError, match="max_prompt_tokens=50"):
+        env.reset(seed=0, options={"prompt": "short"})  # the templates alone exceed 50 tokens
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"num_steps": 0}, "num_steps=0"),
+    ({"kind": "euler"}, "kind='euler'"),
+    ({"action_mode": "pixels"}, "action_mode='pixels'"),
+    ({"sigma_grid": "explicit", "sigmas": [1.0, 0.6, 0.8], "num_steps": 3}, "strictly decreasing"),
+    ({"sigma_grid": "explicit", "sigmas": [1.0, 0.5], "num_steps": 3}, "define 2 steps"),
+    ({"guidance_bounds": [5.0, 1.0]}, "guidance_bounds"),
+    ({"guidance_scale": 20.0}, "guidance_scale=20.0 lies outside"),
+    ({"reward": "beauty"}, "reward='beauty'"),
+    ({"num_frames": 8}, "num_frames=8 is not allowed"),
+    ({"height": 30}, "height=30 is not allowed"),
+    ({"num_stepz": 3}, r"unknown keyword\(s\) \['num_stepz'\]"),
+])
+def test_invalid_presets(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        gym.make("Cosmos3Rollout-v0", **overrides)
+
+
+def test_missing_checkpoint_components(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        gym.make("Cosmos3Rollout-v0", checkpoint=str(tmp_path / "nowhere"))
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "transformer" / "config.json").write_text("{}")
+    (tmp_path / "transformer" / "diffusion_pytorch_model.bin").write_text("")
+    with pytest.raises(FileNotFoundError, match="missing component 'transformer'.*safetensors"):
+        gym.make("Cosmos3Rollout-v0", checkpoint=str(tmp_path))
+
+
+def test_step_before_reset_and_after_end(make_env):
+    env = make_env(num_steps=1).unwrapped
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(env.default_action)
+    env.reset(seed=0)
+    env.step(env.default_action)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(env.default_action)
+    env.reset(seed=0)
+    env.step(env.default_action)
+
+
+def test_non_finite_latent_ends_the_episode(make_env):
+    env = make_env(num_steps=3, action_mode="noise").unwrapped
+    env.reset(seed=0)
+    env.engine.latents[0, 0, 0, 0, 0] = float("nan")
+    _, reward, terminated, _, info = env.step(env.action_space.sample())
+    assert terminated and reward == 0.0 and "NaN/Inf" in info["error"]
+    env.reset(seed=0)
+    _, _, terminated, _, info = env.step(env.action_space.sample())
+    assert not terminated and "error" not in info
