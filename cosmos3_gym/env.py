@@ -124,12 +124,12 @@ class Cosmos3RolloutEnv(gym.Env):
     def step(self, action):
         if self._episode_over:
             raise RuntimeError("the episode is over (or reset() was never called): call env.reset() first")
-        action = checked_action(action, self.action_space)
+        action = checked_action(action, self.action_space, device=self.engine.device)
         if self.preset.action_mode == "noise":
-            guidance, noise_level = self.default_action
-            noise = torch.from_numpy(action).unsqueeze(0)
+            guidance, noise_level = (float(x) for x in self.default_action)
+            noise = action.unsqueeze(0)
         else:
-            (guidance, noise_level), noise = action, None
+            (guidance, noise_level), noise = action.tolist(), None
         result = self.engine.step([0], torch.tensor([guidance]), torch.tensor([noise_level]), noise)
         info = {
             "log_prob": float(result.log_prob[0]),

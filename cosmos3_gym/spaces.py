@@ -6,6 +6,7 @@ Every check here raises before anything changes, so a rejected call leaves the e
 from __future__ import annotations
 
 import numpy as np
+import torch
 from gymnasium import spaces
 
 from .engine import RolloutEngine
@@ -40,26 +41,34 @@ def action_space(preset: Preset, latent_shape) -> spaces.Box:
     return spaces.Box(low, high, dtype=np.float32)
 
 
-def checked_action(action, space: spaces.Box, batch_shape: tuple = ()) -> np.ndarray:
-    """The action as float32 ``batch_shape + space.shape``; raises ``ValueError`` saying what is wrong."""
+def checked_action(action, space: spaces.Box, batch_shape: tuple = (), device="cpu") -> torch.Tensor:
+    """The action as a float32 tensor of shape ``batch_shape + space.shape`` on ``device``.
+
+    Accepts numpy arrays, torch tensors and nested lists; raises ``ValueError`` saying what is wrong.
+    """
     expected = batch_shape + space.shape
-    array = np.asarray(action.detach().cpu() if hasattr(action, "detach") else action)
-    if array.dtype.kind not in "fiu":
-        raise ValueError(f"action has dtype {array.dtype}; expected real numbers (float32) of shape {expected}")
-    if array.shape != expected:
-        raise ValueError(f"action has shape {array.shape}; expected {expected}")
-    array = array.astype(np.float32)
-    if not np.isfinite(array).all():
-        raise ValueError(f"action holds NaN or Inf: {array if array.size <= 8 else 'in a large array'}; "
-                         f"every entry must be finite")
-    bounded = np.isfinite(space.low) & np.isfinite(space.high)
-    if bounded.any():
-        outside = (array < space.low) | (array > space.high)
-        if outside.any():
-            raise ValueError(f"action {array.tolist()} lies outside the action space bounds "
+    tensor = action if isinstance(action, torch.Tensor) else None
+    if tensor is None:
+        array = np.asarray(action)
+        if array.dtype.kind not in "fiu":
+            raise ValueError(f"action has dtype {array.dtype}; expected real numbers (float32) of shape {expected}")
+        tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    elif tensor.dtype.is_complex or tensor.dtype == torch.bool:
+        raise ValueError(f"action has dtype {tensor.dtype}; expected real numbers (float32) of shape {expected}")
+    if tuple(tensor.shape) != expected:
+        raise ValueError(f"action has shape {tuple(tensor.shape)}; expected {expected}")
+    tensor = tensor.to(device=device, dtype=torch.float32)
+    if not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"action holds NaN or Inf: {tensor.tolist() if tensor.numel() <= 8 else 'in a large array'};"
+                         f" every entry must be finite")
+    if np.isfinite(space.low).all() and np.isfinite(space.high).all():
+        low = torch.as_tensor(space.low, device=device)
+        high = torch.as_tensor(space.high, device=device)
+        if bool(((tensor < low) | (tensor > high)).any()):
+            raise ValueError(f"action {tensor.tolist()} lies outside the action space bounds "
                              f"low={space.low.tolist()}, high={space.high.tolist()} (guidance_scale, noise_level); "
                              f"clip it or widen the preset's guidance_bounds / noise_level_bounds")
-    return array
+    return tensor
 
 
 def checked_options(options: dict | None) -> dict:

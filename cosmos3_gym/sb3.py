@@ -1,0 +1,101 @@
+"""stable-baselines3 VecEnv over :class:`~cosmos3_gym.vector_env.Cosmos3RolloutVectorEnv`.
+
+SB3 gets numpy, same-step autoreset with ``info["terminal_observation"]``, and infos that
+``VecMonitor`` can annotate, while the work stays one batched forward per step for all
+envs (no ``DummyVecEnv`` over single envs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from stable_baselines3.common.vec_env.base_vec_env import VecEnv
+
+from .vector_env import Cosmos3RolloutVectorEnv
+
+# Per-env views: get_attr(name) returns entry i of these engine lists for env i.
+PER_ENV_ATTRIBUTES = {"prompt": "prompts", "negative_prompt": "negative_prompts", "seed": "seeds", "step": "steps"}
+INFO_KEYS = ("log_prob", "log_prob_sum", "sigma", "sigma_next", "timestep", "guidance_scale", "noise_level")
+
+
+class Cosmos3SB3VecEnv(VecEnv):
+    """Adapter: ``Cosmos3SB3VecEnv.make("Cosmos3Rollout-v0", num_envs=8, num_steps=4)``.
+
+    The envs share one engine, so ``get_attr``/``set_attr``/``env_method`` address the
+    vector env (the same value for every index), except the per-env attributes
+    ``prompt``, ``negative_prompt``, ``seed`` and ``step``.
+    """
+
+    def __init__(self, venv: Cosmos3RolloutVectorEnv):
+        if venv.autoreset_mode != AutoresetMode.SAME_STEP:
+            raise ValueError(f"the SB3 adapter needs autoreset_mode=SAME_STEP, got {venv.autoreset_mode}; "
+                             f"build it with Cosmos3SB3VecEnv.make(...)")
+        self.venv = venv
+        super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
+        self._actions = None
+
+    @classmethod
+    def make(cls, env_id: str = "Cosmos3Rollout-v0", num_envs: int = 4, **kwargs) -> "Cosmos3SB3VecEnv":
+        return cls(Cosmos3RolloutVectorEnv(num_envs, env_id, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs))
+
+    def _single_obs(self, obs: dict, i: int) -> dict:
+        return {key: np.asarray(value[i]) for key, value in obs.items()}
+
+    def reset(self):
+        seeds = self._seeds if all(s is not None for s in self._seeds) else None
+        options = self._options[0] if self._options and all(o == self._options[0] for o in self._options) else None
+        obs, _ = self.venv.reset(seed=seeds, options=options or None)
+        self._reset_seeds()
+        self._reset_options()
+        return self.venv.numpy_obs(obs)
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = actions
+
+    def step_wait(self):
+        obs, rewards, terminated, truncated, infos = self.venv.step(self._actions)
+        obs = self.venv.numpy_obs(obs)
+        dones = (terminated | truncated).cpu().numpy()
+        step_infos = [{} for _ in range(self.num_envs)]
+        for key in INFO_KEYS:
+            values = infos[key].cpu().numpy()
+            for i in np.flatnonzero(infos[f"_{key}"]):
+                step_infos[i][key] = float(values[i])
+        if "final_obs" in infos:
+            final = self.venv.numpy_obs(infos["final_obs"])
+            for i in np.flatnonzero(infos["_final_obs"]):
+                step_infos[i]["terminal_observation"] = self._single_obs(final, i)
+                step_infos[i]["TimeLimit.truncated"] = bool(truncated[i])
+                step_infos[i]["trajectory"] = infos["trajectory"][i]
+                if "error" in infos and infos["_error"][i]:
+                    step_infos[i]["error"] = infos["error"][i]
+        return obs, rewards.cpu().numpy().astype(np.float32), dones, step_infos
+
+    def close(self) -> None:
+        self.venv.close()
+
+    def _indices(self, indices) -> list[int]:
+        if indices is None:
+            return list(range(self.num_envs))
+        return [indices] if isinstance(indices, int) else list(indices)
+
+    def get_attr(self, attr_name: str, indices=None) -> list:
+        if attr_name in PER_ENV_ATTRIBUTES:
+            values = getattr(self.venv.engine, PER_ENV_ATTRIBUTES[attr_name])
+            return [values[i] for i in self._indices(indices)]
+        return [getattr(self.venv, attr_name)] * len(self._indices(indices))
+
+    def set_attr(self, attr_name: str, value, indices=None) -> None:
+        if attr_name in PER_ENV_ATTRIBUTES:
+            raise AttributeError(f"{attr_name!r} is set through reset(options=...), not set_attr")
+        setattr(self.venv, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list:
+        result = getattr(self.venv, method_name)(*method_args, **method_kwargs)
+        return [result] * len(self._indices(indices))
+
+    def env_is_wrapped(self, wrapper_class, indices=None) -> list[bool]:
+        return [False] * len(self._indices(indices))
+
+    def get_images(self):
+        return list(self.venv.render() or [])
