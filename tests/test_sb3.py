@@ -1,0 +1,43 @@
+"""The SB3 adapter: a real VecEnv (same-step autoreset, VecMonitor), and PPO learns on it."""
+
+import numpy as np
+import pytest
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import VecMonitor
+
+from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
+
+
+def test_same_step_autoreset_with_terminal_observation():
+    env = Cosmos3SB3VecEnv.make("Cosmos3Rollout-v0", num_envs=3, num_steps=2)
+    env.seed(5)
+    obs = env.reset()
+    assert obs["latent"].shape == (3, 4, 3, 8, 8) and isinstance(obs["latent"], np.ndarray)
+    assert env.get_attr("seed") == [5, 6, 7]
+    actions = np.tile(env.get_attr("default_action")[0], (3, 1))
+    obs, rewards, dones, infos = env.step(actions)
+    assert not dones.any() and "log_prob" in infos[0]
+    obs, rewards, dones, infos = env.step(actions)
+    assert dones.all() and rewards.dtype == np.float32 and (rewards > 0).all()
+    assert (obs["step"] == 0).all()  # already reset
+    assert all(info["terminal_observation"]["step"] == 2 for info in infos)
+    np.testing.assert_array_equal(infos[1]["terminal_observation"]["latent"], infos[1]["trajectory"].latents[-1])
+    assert env.get_attr("prompt", indices=[0, 2]) == [env.venv.engine.prompts[0], env.venv.engine.prompts[2]]
+    assert env.env_is_wrapped(VecMonitor) == [False] * 3
+
+
+def test_adapter_refuses_next_step_autoreset():
+    from cosmos3_gym.vector_env import Cosmos3RolloutVectorEnv
+
+    with pytest.raises(ValueError, match="SAME_STEP"):
+        Cosmos3SB3VecEnv(Cosmos3RolloutVectorEnv(2, num_steps=2))
+
+
+def test_ppo_runs_a_few_hundred_steps_with_vecmonitor():
+    env = VecMonitor(Cosmos3SB3VecEnv.make("Cosmos3Rollout-v0", num_envs=4, num_steps=2))
+    model = PPO("MultiInputPolicy", env, n_steps=32, batch_size=64, n_epochs=2, seed=0, verbose=0)
+    model.learn(total_timesteps=384)
+    assert model.num_timesteps >= 384
+    episodes = list(model.ep_info_buffer)
+    assert len(episodes) >= 100 and all(e["l"] == 2 for e in episodes)
+    assert all(0.0 < e["r"] < 5.0 for e in episodes)
