@@ -17,7 +17,7 @@ def _upscaled(frames: np.ndarray, min_side: int = 256) -> np.ndarray:
 
 
 def write_video(path: Path, frames: np.ndarray, fps: float) -> Path:
-    """Write uint8 ``[F, H, W, 3]`` with imageio: mp4 (ffmpeg) for videos, png for one frame."""
+    """Write uint8 ``[F, H, W, 3]`` with imageio: mp4 (ffmpeg) or gif for videos, png for one frame."""
     import imageio.v2 as imageio
 
     path = Path(path)
@@ -26,6 +26,8 @@ def write_video(path: Path, frames: np.ndarray, fps: float) -> Path:
     if len(frames) == 1:
         path = path.with_suffix(".png")
         imageio.imwrite(path, frames[0])
+    elif path.suffix == ".gif":
+        imageio.mimwrite(path, list(frames), duration=1000.0 / fps, loop=0)
     else:
         imageio.mimwrite(path, list(frames), fps=fps, macro_block_size=1)
     return path

@@ -45,7 +45,8 @@ class Cosmos3RolloutEnv(gym.Env):
     ## Rewards
 
     0 until the last step; then the preset's reward (``reward`` field, see
-    :data:`cosmos3_gym.rewards.REWARDS`, or a ``reward_fn`` callable) on the decoded video.
+    :data:`cosmos3_gym.rewards.REWARDS`, or a ``reward_fn`` callable) on the decoded video
+    (``reward="none"``: no decoding, reward 0, for trainers that score latents themselves).
 
     ## Starting State
 
@@ -64,7 +65,8 @@ class Cosmos3RolloutEnv(gym.Env):
     Every step: ``log_prob`` (mean over latent elements, Flow-GRPO convention),
     ``log_prob_sum`` (the exact log-density), ``sigma``, ``sigma_next``, ``timestep``,
     ``guidance_scale``, ``noise_level``, ``weights_version``. Last step also: ``trajectory``
-    (:class:`cosmos3_gym.trajectory.Trajectory`) and ``frames`` (uint8 ``[F, H, W, 3]``).
+    (:class:`cosmos3_gym.trajectory.Trajectory`) and, unless ``reward="none"``, ``frames``
+    (uint8 ``[F, H, W, 3]``).
 
     ## Arguments
 
@@ -145,10 +147,11 @@ class Cosmos3RolloutEnv(gym.Env):
         terminated = bool(result.done[0])
         if not bool(result.finite[0]):
             info["error"] = f"the latent became NaN/Inf at step {self.engine.steps[0] - 1}; the episode ends here"
-        elif terminated:
+        elif terminated and self.reward_fn is not None:
             frames = self.engine.decode([0])
             reward = float(checked_reward(self.reward_fn, frames, [self.engine.prompts[0]])[0])
             info["frames"] = frames[0]
+        if terminated:
             info["trajectory"] = self.engine.trajectory(0)
         self._episode_over = terminated
         return self._obs(), reward, terminated, False, info

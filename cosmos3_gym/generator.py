@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .packing import PackedRows, PackedRowsAttnProcessor, RowSpec
+from .packing import ATTENTION_BACKENDS, PackedRows, PackedRowsAttnProcessor, RowSpec
 from .tiny_model import TINY_CHECKPOINT
 
 COMPONENTS = {
@@ -63,10 +63,14 @@ class Cosmos3Generator:
     many rows share one forward without seeing each other.
     """
 
-    def __init__(self, pipeline, device, dtype):
+    def __init__(self, pipeline, device, dtype, attention: str = "auto"):
         self.pipeline = pipeline
         self.device = torch.device(device)
         self.dtype = dtype
+        # FlexAttention block-sparse kernels on accelerators; padded SDPA (exact) on the CPU.
+        self.attention = ("sdpa" if self.device.type == "cpu" else "flex") if attention == "auto" else attention
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention={attention!r} is not supported; choose 'auto' or one of {ATTENTION_BACKENDS}")
         self.transformer = pipeline.transformer
         self.vae = pipeline.vae
         self.tokenizer = pipeline.text_tokenizer
@@ -77,33 +81,41 @@ class Cosmos3Generator:
         self.vae.requires_grad_(False).eval()
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device=None, dtype=None) -> "Cosmos3Generator":
+    def from_components(cls, transformer, vae, tokenizer, scheduler, device=None, dtype=None,
+                        attention: str = "auto", **pipeline_config) -> "Cosmos3Generator":
+        """Wrap in-memory diffusers components (moved to ``device`` / ``dtype``)."""
+        from diffusers import Cosmos3OmniPipeline
+
+        device = torch.device(device) if device is not None else default_device()
+        dtype = dtype or default_dtype(device)
+        pipeline = Cosmos3OmniPipeline(transformer=transformer.to(device=device, dtype=dtype),
+                                       text_tokenizer=tokenizer, vae=vae.to(device=device, dtype=dtype),
+                                       scheduler=scheduler, enable_safety_checker=False, **pipeline_config)
+        return cls(pipeline, device, dtype, attention)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device=None, dtype=None, attention: str = "auto"
+                        ) -> "Cosmos3Generator":
         import diffusers
-        from diffusers import AutoencoderKLWan, Cosmos3OmniPipeline, Cosmos3OmniTransformer
+        from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
         from transformers import AutoTokenizer
 
         path = check_checkpoint(path)
         device = torch.device(device) if device is not None else default_device()
         dtype = dtype or default_dtype(device)
-        transformer = Cosmos3OmniTransformer.from_pretrained(
-            path / "transformer", torch_dtype=dtype, use_safetensors=True
-        ).to(device)
-        vae = AutoencoderKLWan.from_pretrained(path / "vae", torch_dtype=dtype, use_safetensors=True).to(device)
+        transformer = Cosmos3OmniTransformer.from_pretrained(path / "transformer", torch_dtype=dtype,
+                                                             use_safetensors=True)
+        vae = AutoencoderKLWan.from_pretrained(path / "vae", torch_dtype=dtype, use_safetensors=True)
         tokenizer = AutoTokenizer.from_pretrained(path / "text_tokenizer")
         scheduler_config = json.loads((path / "scheduler" / "scheduler_config.json").read_text())
         scheduler = getattr(diffusers, scheduler_config["_class_name"]).from_pretrained(path / "scheduler")
         index_file = path / "model_index.json"
         index = json.loads(index_file.read_text()) if index_file.is_file() else {}
-        pipeline = Cosmos3OmniPipeline(
-            transformer=transformer,
-            text_tokenizer=tokenizer,
-            vae=vae,
-            scheduler=scheduler,
-            enable_safety_checker=False,
+        return cls.from_components(
+            transformer, vae, tokenizer, scheduler, device, dtype, attention,
             default_use_system_prompt=index.get("default_use_system_prompt", True),
             use_native_flow_schedule=index.get("use_native_flow_schedule", False),
         )
-        return cls(pipeline, device, dtype)
 
     @classmethod
     def embedded(cls, device=None, dtype=None) -> "Cosmos3Generator":
@@ -138,7 +150,7 @@ class Cosmos3Generator:
 
     # --- model ----------------------------------------------------------------------
     def pack(self, rows: list[RowSpec]) -> PackedRows:
-        return PackedRows(rows, self.transformer.config, self.temporal_compression, self.device)
+        return PackedRows(rows, self.transformer.config, self.temporal_compression, self.device, self.attention)
 
     @torch.no_grad()
     def velocity(self, packed: PackedRows, latents: list[torch.Tensor], timesteps: list[float]) -> list[torch.Tensor]:

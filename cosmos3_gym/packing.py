@@ -11,9 +11,18 @@ attend causally to row ``r``'s text only, and row ``r``'s vision tokens attend t
 A *row* is one sequence of ``Cosmos3OmniPipeline``: the conditional or the unconditional
 prompt of one request. Positions (mRoPE) and token order inside a row are exactly the
 pipeline's; only the placement of rows side by side is ours.
+
+Two attention backends give the same result: ``"sdpa"`` pads rows to a common length and
+uses boolean masks (exact on the CPU); ``"flex"`` keeps the packed sequence and uses
+FlexAttention document masks compiled into block-sparse kernels (fast on a GPU: blocks
+that cross rows are skipped, not masked). For ``"flex"`` the text stream is padded to a
+multiple of :data:`FLEX_PAD_MULTIPLE` with inert tokens, so that episodes with different
+prompt lengths reuse one compiled kernel.
 """
 
 from __future__ import annotations
+
+import functools
 
 import math
 from dataclasses import dataclass
@@ -38,6 +47,10 @@ class RowSpec:
     fps: float
 
 
+FLEX_PAD_MULTIPLE = 256
+ATTENTION_BACKENDS = ("sdpa", "flex")
+
+
 @dataclass
 class RowLayout:
     """Where each row's tokens sit in the packed und/gen streams (``-1``-free gathers)."""
@@ -46,6 +59,43 @@ class RowLayout:
     und_valid: torch.Tensor  # [R, Umax] bool
     gen_index: torch.Tensor  # [R, Gmax]
     gen_valid: torch.Tensor  # [R, Gmax]
+
+
+@dataclass
+class FlexLayout:
+    """Block masks over the packed streams: same-row (and causal, for text) attention only."""
+
+    und_mask: object
+    gen_mask: object
+
+
+def _flex_layout(und_doc: torch.Tensor, gen_doc: torch.Tensor) -> FlexLayout:
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    all_doc = torch.cat([und_doc, gen_doc])
+
+    def same_row_causal(b, h, q, kv):
+        return (und_doc[q] == und_doc[kv]) & (q >= kv)
+
+    def same_row(b, h, q, kv):
+        return gen_doc[q] == all_doc[kv]
+
+    device = und_doc.device
+    und_len, gen_len = und_doc.numel(), gen_doc.numel()
+    return FlexLayout(
+        create_block_mask(same_row_causal, None, None, und_len, und_len, device=device),
+        create_block_mask(same_row, None, None, gen_len, und_len + gen_len, device=device),
+    )
+
+
+@functools.cache
+def _flex_attention(device_type: str):
+    """Compiled FlexAttention on accelerators; the eager reference (same math) on the CPU."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device_type == "cpu":
+        return flex_attention
+    return torch.compile(flex_attention, dynamic=False)
 
 
 def _padded_index(lengths: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +110,10 @@ def _padded_index(lengths: list[int], device) -> tuple[torch.Tensor, torch.Tenso
 class PackedRows:
     """The step-invariant part of a packed forward over a list of rows."""
 
-    def __init__(self, rows: list[RowSpec], transformer_config, temporal_compression: int, device):
+    def __init__(self, rows: list[RowSpec], transformer_config, temporal_compression: int, device,
+                 attention: str = "sdpa"):
+        if attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention={attention!r} is not supported; choose one of {ATTENTION_BACKENDS}")
         cfg = transformer_config
         p = cfg.latent_patch_size
         self.rows = rows
@@ -85,15 +138,26 @@ class PackedRows:
             self.noisy_frames.append(torch.arange(grid[0], device=device))
             und_lengths.append(len(row.input_ids))
             gen_lengths.append(math.prod(grid))
+        input_ids = [i for row in rows for i in row.input_ids]
+        if attention == "flex":  # inert padding tokens: a row of their own that nothing else sees
+            padding = -len(input_ids) % FLEX_PAD_MULTIPLE
+            input_ids += [0] * padding
+            text_positions.append(torch.zeros((3, padding), dtype=text_positions[0].dtype))
+            und_lengths.append(padding)
         self.und_len = sum(und_lengths)
         self.gen_lengths = gen_lengths
         gen_len = sum(gen_lengths)
-        self.input_ids = torch.tensor([i for row in rows for i in row.input_ids], dtype=torch.long, device=device)
+        self.input_ids = torch.tensor(input_ids, dtype=torch.long, device=device)
         self.position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device)
         self.gen_indexes = torch.arange(self.und_len, self.und_len + gen_len, device=device)
-        und_index, und_valid = _padded_index(und_lengths, device)
-        gen_index, gen_valid = _padded_index(gen_lengths, device)
-        self.layout = RowLayout(und_index, und_valid, gen_index, gen_valid)
+        if attention == "flex":
+            rows_of = lambda lengths: torch.repeat_interleave(  # noqa: E731
+                torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+            self.layout = _flex_layout(rows_of(und_lengths), rows_of(gen_lengths))
+        else:
+            und_index, und_valid = _padded_index(und_lengths, device)
+            gen_index, gen_valid = _padded_index(gen_lengths, device)
+            self.layout = RowLayout(und_index, und_valid, gen_index, gen_valid)
 
     def transformer_kwargs(self, latents: list[torch.Tensor], timesteps: list[float], dtype) -> dict:
         """Keyword arguments of ``Cosmos3OmniTransformer.forward`` for this step."""
@@ -149,11 +213,17 @@ class PackedRowsAttnProcessor:
         k_und_for_gen = _rope(k_und_for_gen, cos_und, sin_und)
         q_gen, k_gen = _rope(q_gen, cos_gen, sin_gen), _rope(k_gen, cos_gen, sin_gen)
 
+        if isinstance(layout, FlexLayout):
+            return self._flex(attn, layout, q_und, k_und, v_und, k_und_for_gen, q_gen, k_gen, v_gen)
+        return self._sdpa(attn, layout, q_und, k_und, v_und, k_und_for_gen, q_gen, k_gen, v_gen)
+
+    @staticmethod
+    def _sdpa(attn, layout, q_und, k_und, v_und, k_und_for_gen, q_gen, k_gen, v_gen):
         def rows(x, index):  # packed [L, h, d] -> padded [R, h, Lmax, d]
             return x[index].transpose(1, 2)
 
         und_len = layout.und_index.shape[1]
-        causal = torch.ones(und_len, und_len, dtype=torch.bool, device=und_seq.device).tril()
+        causal = torch.ones(und_len, und_len, dtype=torch.bool, device=q_und.device).tril()
         und_mask = causal[None, None] & layout.und_valid[:, None, None, :]
         und_out = F.scaled_dot_product_attention(
             rows(q_und, layout.und_index), rows(k_und, layout.und_index), rows(v_und, layout.und_index),
@@ -167,4 +237,18 @@ class PackedRowsAttnProcessor:
         )
         und_out = und_out.transpose(1, 2).flatten(-2)[layout.und_valid]
         gen_out = gen_out.transpose(1, 2).flatten(-2)[layout.gen_valid]
+        return attn.to_out(und_out), attn.to_add_out(gen_out)
+
+    @staticmethod
+    def _flex(attn, layout, q_und, k_und, v_und, k_und_for_gen, q_gen, k_gen, v_gen):
+        flex = _flex_attention(q_und.device.type)
+
+        def seq(x):  # packed [L, h, d] -> [1, h, L, d]
+            return x.transpose(0, 1).unsqueeze(0)
+
+        und_out = flex(seq(q_und), seq(k_und), seq(v_und), block_mask=layout.und_mask, enable_gqa=True)
+        gen_out = flex(seq(q_gen), seq(torch.cat([k_und_for_gen, k_gen])), seq(torch.cat([v_und, v_gen])),
+                       block_mask=layout.gen_mask, enable_gqa=True)
+        und_out = und_out.squeeze(0).transpose(0, 1).flatten(-2)
+        gen_out = gen_out.squeeze(0).transpose(0, 1).flatten(-2)
         return attn.to_out(und_out), attn.to_add_out(gen_out)

@@ -4,6 +4,8 @@ A reward is any callable ``reward(frames, prompts) -> np.ndarray float32 [B]`` w
 ``frames`` uint8 ``[B, T, H, W, 3]`` and ``prompts`` a list of ``B`` strings, so one
 function serves the single env, the vector env and a trainer. Presets name a built-in by
 its key in :data:`REWARDS`; ``gym.make(..., reward_fn=callable)`` plugs in any other.
+The name ``"none"`` (:data:`NO_REWARD`) skips decoding: latent-only rollouts whose reward
+a trainer computes elsewhere; the env then reports reward 0 and no frames.
 """
 
 from __future__ import annotations
@@ -43,10 +45,13 @@ def temporal_smoothness(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
     return (1.0 - diff / 255.0).astype(np.float32)
 
 
-REWARDS: dict[str, Callable[[np.ndarray, list[str]], np.ndarray]] = {
+NO_REWARD = "none"
+
+REWARDS: dict[str, Callable[[np.ndarray, list[str]], np.ndarray] | None] = {
     "colorfulness": colorfulness,
     "brightness": brightness,
     "temporal_smoothness": temporal_smoothness,
+    NO_REWARD: None,
 }
 
 

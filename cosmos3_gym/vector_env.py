@@ -207,29 +207,30 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         return infos
 
     def _finish(self, ended: list[int], result, infos: dict) -> torch.Tensor:
-        """Decode the ended episodes in one batch, score them, attach trajectories and frames."""
+        """Attach trajectories; decode the ended episodes in one batch and score them."""
         n = self.num_envs
-        frames = self.engine.decode(ended)
-        rewards = torch.as_tensor(
-            checked_reward(self.reward_fn, frames, [self.engine.prompts[i] for i in ended]), device=self.device
-        )
+        mask = np.isin(np.arange(n), ended)
+        trajectories = np.full(n, None, dtype=object)
+        for i in ended:
+            trajectories[i] = self.engine.trajectory(i)
+        infos.update(trajectory=trajectories, _trajectory=mask)
         finite = dict(zip(result.slots, result.finite.tolist()))
         errors = [i for i in ended if not finite[i]]
-        if errors:
-            rewards[[j for j, i in enumerate(ended) if i in errors]] = 0.0
-        mask = np.zeros(n, dtype=bool)
-        mask[ended] = True
-        trajectories = np.full(n, None, dtype=object)
-        all_frames = np.zeros((n, *frames.shape[1:]), dtype=np.uint8)
-        for j, i in enumerate(ended):
-            trajectories[i] = self.engine.trajectory(i)
-            all_frames[i] = frames[j]
-        infos.update(trajectory=trajectories, _trajectory=mask, frames=all_frames, _frames=mask)
         if errors:
             error = np.full(n, "", dtype=object)
             for i in errors:
                 error[i] = f"the latent became NaN/Inf at step {self.engine.steps[i] - 1}; the episode ends here"
             infos["error"], infos["_error"] = error, np.isin(np.arange(n), errors)
+        rewards = torch.zeros(len(ended), device=self.device)
+        scored = [i for i in ended if finite[i]]
+        if self.reward_fn is None or not scored:
+            return rewards
+        frames = self.engine.decode(scored)
+        values = checked_reward(self.reward_fn, frames, [self.engine.prompts[i] for i in scored])
+        rewards[[ended.index(i) for i in scored]] = torch.as_tensor(values, device=self.device)
+        all_frames = np.zeros((n, *frames.shape[1:]), dtype=np.uint8)
+        all_frames[scored] = frames
+        infos.update(frames=all_frames, _frames=np.isin(np.arange(n), scored))
         return rewards
 
     # --- branching ------------------------------------------------------------------
