@@ -71,7 +71,9 @@ class Cosmos3RolloutEnv(gym.Env):
     ## Arguments
 
     ``gym.make("Cosmos3Rollout-v0", render_mode=None, device=None, dtype=None,
-    reward_fn=None, **preset_fields)``: every field of the preset (``envs/*.toml``, e.g.
+    reward_fn=None, generator=None, **preset_fields)``: ``generator`` shares an already loaded
+    :class:`~cosmos3_gym.generator.Cosmos3Generator` (its weights too) instead of loading the
+    preset's model; every field of the preset (``envs/*.toml``, e.g.
     ``num_steps``, ``action_mode``, ``kind``, ``checkpoint``, ``guidance_scale``) can be
     overridden. ``checkpoint`` points at a local diffusers-layout Cosmos 3 directory.
     ``render_mode="rgb_array"``: ``render()`` returns the decoded x0-prediction as one
@@ -85,14 +87,14 @@ class Cosmos3RolloutEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
 
     def __init__(self, preset: str | Preset = "Cosmos3Rollout-v0", render_mode: str | None = None,
-                 device=None, dtype=None, reward_fn=None, **overrides):
+                 device=None, dtype=None, reward_fn=None, generator=None, **overrides):
         preset = load_preset(preset) if isinstance(preset, str) else preset
         self.preset = preset.override(**overrides)
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.render_mode = render_mode
         self.reward_fn = reward_fn or REWARDS[self.preset.reward]
-        self.engine = build_engine(self.preset, 1, device=device, dtype=dtype)
+        self.engine = build_engine(self.preset, 1, device=device, dtype=dtype, generator=generator)
         self.observation_space = observation_space(self.engine.latent_shape, self.engine.num_steps)
         self.action_space = action_space(self.preset, self.engine.latent_shape)
         self.default_action = np.array([self.preset.guidance_scale, self.preset.noise_level], dtype=np.float32)

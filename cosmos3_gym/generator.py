@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .packing import ATTENTION_BACKENDS, PackedRows, PackedRowsAttnProcessor, RowSpec
+from .packing import ATTENTION_BACKENDS, PackedRows, RowSpec, install_processors
 from .tiny_model import TINY_CHECKPOINT
 
 COMPONENTS = {
@@ -75,21 +75,29 @@ class Cosmos3Generator:
         self.vae = pipeline.vae
         self.tokenizer = pipeline.text_tokenizer
         self.scheduler = pipeline.scheduler
-        self.processor = PackedRowsAttnProcessor()
-        self.transformer.set_attn_processor(self.processor)
+        self.install_processors()
         self.transformer.requires_grad_(False).eval()
         self.vae.requires_grad_(False).eval()
 
     @classmethod
     def from_components(cls, transformer, vae, tokenizer, scheduler, device=None, dtype=None,
                         attention: str = "auto", **pipeline_config) -> "Cosmos3Generator":
-        """Wrap in-memory diffusers components (moved to ``device`` / ``dtype``)."""
+        """Wrap in-memory diffusers components, moved to ``device`` and cast to ``dtype``
+        (modules the model keeps in fp32, such as the time embedder, stay fp32)."""
         from diffusers import Cosmos3OmniPipeline
 
         device = torch.device(device) if device is not None else default_device()
         dtype = dtype or default_dtype(device)
-        pipeline = Cosmos3OmniPipeline(transformer=transformer.to(device=device, dtype=dtype),
-                                       text_tokenizer=tokenizer, vae=vae.to(device=device, dtype=dtype),
+        for model in (transformer, vae):
+            model.to(device=device)
+            if model.dtype == dtype:
+                continue
+            model.to(dtype=dtype)
+            keep = getattr(model, "_keep_in_fp32_modules", None) or []
+            for name, module in model.named_modules():
+                if any(part in keep for part in name.split(".")):
+                    module.float()
+        pipeline = Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tokenizer, vae=vae,
                                        scheduler=scheduler, enable_safety_checker=False, **pipeline_config)
         return cls(pipeline, device, dtype, attention)
 
@@ -121,6 +129,10 @@ class Cosmos3Generator:
     def embedded(cls, device=None, dtype=None) -> "Cosmos3Generator":
         """The tiny model shipped in the package (random weights; see :mod:`cosmos3_gym.tiny_model`)."""
         return cls.from_pretrained(TINY_CHECKPOINT, device=device, dtype=dtype)
+
+    def install_processors(self) -> None:
+        """(Re)install the row-isolating attention processors on the transformer."""
+        self.context = install_processors(self.transformer)
 
     # --- geometry -------------------------------------------------------------------
     @property
@@ -154,9 +166,16 @@ class Cosmos3Generator:
 
     @torch.no_grad()
     def velocity(self, packed: PackedRows, latents: list[torch.Tensor], timesteps: list[float]) -> list[torch.Tensor]:
-        """One transformer forward for all rows; returns each row's velocity ``[C, T, H, W]`` in fp32."""
-        self.processor.layout = packed.layout
-        preds, _, _ = self.transformer(**packed.transformer_kwargs(latents, timesteps, self.dtype))
+        """One transformer forward for all rows; returns each row's velocity ``[C, T, H, W]`` in fp32.
+
+        The first forward over ``packed`` computes the text tokens and caches their keys and
+        values; later forwards over the same ``packed`` compute the vision tokens only.
+        """
+        text_cached = packed.text_cache is not None
+        if not text_cached:
+            packed.text_cache = [None] * self.transformer.config.num_hidden_layers
+        self.context.packed, self.context.text_cached = packed, text_cached
+        preds, _, _ = self.transformer(**packed.transformer_kwargs(latents, timesteps, self.dtype, text_cached))
         return [pred.squeeze(0).float() for pred in preds]
 
     @torch.no_grad()

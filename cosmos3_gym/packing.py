@@ -108,7 +108,13 @@ def _padded_index(lengths: list[int], device) -> tuple[torch.Tensor, torch.Tenso
 
 
 class PackedRows:
-    """The step-invariant part of a packed forward over a list of rows."""
+    """The step-invariant part of a packed forward over a list of rows.
+
+    ``text_cache`` holds, per layer, the text stream's keys and values as the vision tokens
+    read them. The understanding pathway never attends to vision tokens, so these are the
+    same at every denoising step: the first forward over this packing records them and
+    later forwards skip the text tokens altogether (only vision tokens are computed).
+    """
 
     def __init__(self, rows: list[RowSpec], transformer_config, temporal_compression: int, device,
                  attention: str = "sdpa"):
@@ -150,6 +156,7 @@ class PackedRows:
         self.input_ids = torch.tensor(input_ids, dtype=torch.long, device=device)
         self.position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device)
         self.gen_indexes = torch.arange(self.und_len, self.und_len + gen_len, device=device)
+        self.text_cache: list | None = None
         if attention == "flex":
             rows_of = lambda lengths: torch.repeat_interleave(  # noqa: E731
                 torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
@@ -159,22 +166,29 @@ class PackedRows:
             gen_index, gen_valid = _padded_index(gen_lengths, device)
             self.layout = RowLayout(und_index, und_valid, gen_index, gen_valid)
 
-    def transformer_kwargs(self, latents: list[torch.Tensor], timesteps: list[float], dtype) -> dict:
-        """Keyword arguments of ``Cosmos3OmniTransformer.forward`` for this step."""
+    def transformer_kwargs(self, latents: list[torch.Tensor], timesteps: list[float], dtype,
+                           text_cached: bool = False) -> dict:
+        """Keyword arguments of ``Cosmos3OmniTransformer.forward`` for this step.
+
+        With ``text_cached`` the sequence holds the vision tokens only (the attention
+        processor supplies the cached text keys and values).
+        """
         device = self.input_ids.device
         vision_timesteps = torch.cat(
             [torch.full((n,), t, device=device) for n, t in zip(self.gen_lengths, timesteps)]
         )
+        und_len = 0 if text_cached else self.und_len
+        gen_indexes = self.gen_indexes - self.und_len + und_len
         return dict(
-            input_ids=self.input_ids,
-            text_indexes=torch.arange(self.und_len, device=device),
-            position_ids=self.position_ids,
-            und_len=self.und_len,
-            sequence_length=self.und_len + self.gen_indexes.numel(),
+            input_ids=self.input_ids[:und_len],
+            text_indexes=torch.arange(und_len, device=device),
+            position_ids=self.position_ids[:, self.und_len - und_len:],
+            und_len=und_len,
+            sequence_length=und_len + gen_indexes.numel(),
             vision_tokens=[latent.to(device=device, dtype=dtype) for latent in latents],
             vision_token_shapes=self.token_shapes,
-            vision_sequence_indexes=self.gen_indexes,
-            vision_mse_loss_indexes=self.gen_indexes,
+            vision_sequence_indexes=gen_indexes,
+            vision_mse_loss_indexes=gen_indexes,
             vision_timesteps=vision_timesteps,
             vision_noisy_frame_indexes=self.noisy_frames,
             return_dict=False,
@@ -189,66 +203,97 @@ class PackedRowsAttnProcessor:
     """Cosmos 3 dual-pathway attention with every row isolated from the others.
 
     Same projections, norms and rotary embeddings as diffusers' ``Cosmos3AttnProcessor``;
-    the attention itself runs on rows padded to a common length with boolean masks.
-    ``layout`` must be set (by :class:`~cosmos3_gym.generator.Cosmos3Generator`) before
-    each forward.
+    the attention itself runs on rows padded to a common length with boolean masks, or
+    with FlexAttention block masks. One instance per layer (``layer``); all share
+    ``packed``, the :class:`PackedRows` of the current forward, which
+    :class:`~cosmos3_gym.generator.Cosmos3Generator` sets before each forward. When the
+    packing's ``text_cache`` is filled, the forward carries no text tokens and this layer's
+    cached text keys/values are used.
     """
 
-    def __init__(self):
-        self.layout: RowLayout | None = None
+    def __init__(self, shared: "ForwardContext", layer: int):
+        self.shared, self.layer = shared, layer
 
     def __call__(self, attn, und_seq, gen_seq, rotary_emb):
-        layout = self.layout
+        packed = self.shared.packed
         heads, kv_heads, head_dim = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
-        q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, head_dim))
-        k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, head_dim))
-        v_und = attn.to_v(und_seq).view(-1, kv_heads, head_dim)
-        k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
+        cos_und, sin_und, cos_gen, sin_gen = (t.unsqueeze(1) for t in rotary_emb)
         q_gen = attn.norm_added_q(attn.add_q_proj(gen_seq).view(-1, heads, head_dim))
         k_gen = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, head_dim))
         v_gen = attn.add_v_proj(gen_seq).view(-1, kv_heads, head_dim)
-
-        cos_und, sin_und, cos_gen, sin_gen = (t.unsqueeze(1) for t in rotary_emb)
-        q_und, k_und = _rope(q_und, cos_und, sin_und), _rope(k_und, cos_und, sin_und)
-        k_und_for_gen = _rope(k_und_for_gen, cos_und, sin_und)
         q_gen, k_gen = _rope(q_gen, cos_gen, sin_gen), _rope(k_gen, cos_gen, sin_gen)
-
-        if isinstance(layout, FlexLayout):
-            return self._flex(attn, layout, q_und, k_und, v_und, k_und_for_gen, q_gen, k_gen, v_gen)
-        return self._sdpa(attn, layout, q_und, k_und, v_und, k_und_for_gen, q_gen, k_gen, v_gen)
+        if self.shared.text_cached:
+            k_und_for_gen, v_und = packed.text_cache[self.layer]
+            und_out = None
+        else:
+            q_und = attn.norm_q(attn.to_q(und_seq).view(-1, heads, head_dim))
+            k_und = attn.norm_k(attn.to_k(und_seq).view(-1, kv_heads, head_dim))
+            v_und = attn.to_v(und_seq).view(-1, kv_heads, head_dim)
+            k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
+            q_und, k_und = _rope(q_und, cos_und, sin_und), _rope(k_und, cos_und, sin_und)
+            k_und_for_gen = _rope(k_und_for_gen, cos_und, sin_und)
+            packed.text_cache[self.layer] = (k_und_for_gen, v_und)
+            und_out = (q_und, k_und, v_und)
+        attend = self._flex if isinstance(packed.layout, FlexLayout) else self._sdpa
+        und_out, gen_out = attend(packed.layout, und_out, k_und_for_gen, v_und, q_gen, k_gen, v_gen)
+        und_out = und_seq.new_zeros(0, attn.to_out.out_features) if und_out is None else attn.to_out(und_out)
+        return und_out, attn.to_add_out(gen_out)
 
     @staticmethod
-    def _sdpa(attn, layout, q_und, k_und, v_und, k_und_for_gen, q_gen, k_gen, v_gen):
+    def _sdpa(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):
         def rows(x, index):  # packed [L, h, d] -> padded [R, h, Lmax, d]
             return x[index].transpose(1, 2)
 
-        und_len = layout.und_index.shape[1]
-        causal = torch.ones(und_len, und_len, dtype=torch.bool, device=q_und.device).tril()
-        und_mask = causal[None, None] & layout.und_valid[:, None, None, :]
-        und_out = F.scaled_dot_product_attention(
-            rows(q_und, layout.und_index), rows(k_und, layout.und_index), rows(v_und, layout.und_index),
-            attn_mask=und_mask, enable_gqa=True,
-        )
+        und_out = None
+        if und is not None:
+            q_und, k_und, _ = und
+            und_len = layout.und_index.shape[1]
+            causal = torch.ones(und_len, und_len, dtype=torch.bool, device=q_und.device).tril()
+            und_mask = causal[None, None] & layout.und_valid[:, None, None, :]
+            und_out = F.scaled_dot_product_attention(
+                rows(q_und, layout.und_index), rows(k_und, layout.und_index), rows(v_und, layout.und_index),
+                attn_mask=und_mask, enable_gqa=True,
+            )
+            und_out = und_out.transpose(1, 2).flatten(-2)[layout.und_valid]
         gen_keys = torch.cat([rows(k_und_for_gen, layout.und_index), rows(k_gen, layout.gen_index)], dim=2)
         gen_values = torch.cat([rows(v_und, layout.und_index), rows(v_gen, layout.gen_index)], dim=2)
         gen_mask = torch.cat([layout.und_valid, layout.gen_valid], dim=1)[:, None, None, :]
         gen_out = F.scaled_dot_product_attention(
             rows(q_gen, layout.gen_index), gen_keys, gen_values, attn_mask=gen_mask, enable_gqa=True
         )
-        und_out = und_out.transpose(1, 2).flatten(-2)[layout.und_valid]
-        gen_out = gen_out.transpose(1, 2).flatten(-2)[layout.gen_valid]
-        return attn.to_out(und_out), attn.to_add_out(gen_out)
+        return und_out, gen_out.transpose(1, 2).flatten(-2)[layout.gen_valid]
 
     @staticmethod
-    def _flex(attn, layout, q_und, k_und, v_und, k_und_for_gen, q_gen, k_gen, v_gen):
-        flex = _flex_attention(q_und.device.type)
+    def _flex(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):
+        flex = _flex_attention(q_gen.device.type)
 
         def seq(x):  # packed [L, h, d] -> [1, h, L, d]
             return x.transpose(0, 1).unsqueeze(0)
 
-        und_out = flex(seq(q_und), seq(k_und), seq(v_und), block_mask=layout.und_mask, enable_gqa=True)
+        def packed(x):  # [1, h, L, d] -> packed [L, h * d]
+            return x.squeeze(0).transpose(0, 1).flatten(-2)
+
+        und_out = None
+        if und is not None:
+            q_und, k_und, _ = und
+            und_out = packed(flex(seq(q_und), seq(k_und), seq(v_und), block_mask=layout.und_mask, enable_gqa=True))
         gen_out = flex(seq(q_gen), seq(torch.cat([k_und_for_gen, k_gen])), seq(torch.cat([v_und, v_gen])),
                        block_mask=layout.gen_mask, enable_gqa=True)
-        und_out = und_out.squeeze(0).transpose(0, 1).flatten(-2)
-        gen_out = gen_out.squeeze(0).transpose(0, 1).flatten(-2)
-        return attn.to_out(und_out), attn.to_add_out(gen_out)
+        return und_out, packed(gen_out)
+
+
+@dataclass
+class ForwardContext:
+    """What the per-layer processors of one transformer share during a forward."""
+
+    packed: PackedRows | None = None
+    text_cached: bool = False
+
+
+def install_processors(transformer) -> ForwardContext:
+    """Give every attention layer of ``transformer`` a :class:`PackedRowsAttnProcessor`."""
+    shared = ForwardContext()
+    names = [name for name, module in transformer.named_modules() if hasattr(module, "set_processor")]
+    transformer.set_attn_processor({f"{name}.processor": PackedRowsAttnProcessor(shared, i)
+                                    for i, name in enumerate(names)})
+    return shared

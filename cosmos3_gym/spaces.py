@@ -17,8 +17,12 @@ from .tiny_model import TINY_CHECKPOINT
 OPTION_KEYS = ("prompt", "negative_prompt")
 
 
-def build_engine(preset: Preset, num_slots: int, device=None, dtype=None) -> RolloutEngine:
-    generator = Cosmos3Generator.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device, dtype=dtype)
+def build_engine(preset: Preset, num_slots: int, device=None, dtype=None,
+                 generator: Cosmos3Generator | None = None) -> RolloutEngine:
+    """An engine for ``preset``; ``generator`` reuses an already loaded model instead of loading one."""
+    if generator is None:
+        generator = Cosmos3Generator.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device,
+                                                     dtype=dtype)
     grid = preset.sigma_grid_for(generator.scheduler, generator.pipeline.config.use_native_flow_schedule)
     return RolloutEngine(generator, num_slots, num_frames=preset.num_frames, height=preset.height,
                          width=preset.width, fps=preset.fps, grid=grid, kind=preset.kind,

@@ -48,7 +48,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
 
     def __init__(self, num_envs: int = 1, preset: str | Preset = "Cosmos3Rollout-v0", *, group_size: int = 1,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 device=None, dtype=None, reward_fn=None, **overrides):
+                 device=None, dtype=None, reward_fn=None, generator=None, **overrides):
         preset = load_preset(preset) if isinstance(preset, str) else preset
         self.preset = preset.override(**overrides)
         if not isinstance(group_size, int) or group_size < 1 or num_envs % group_size:
@@ -59,7 +59,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         self.num_envs, self.group_size, self.render_mode = num_envs, group_size, render_mode
         self.reward_fn = reward_fn or REWARDS[self.preset.reward]
-        self.engine = build_engine(self.preset, num_envs, device=device, dtype=dtype)
+        self.engine = build_engine(self.preset, num_envs, device=device, dtype=dtype, generator=generator)
         self.device = self.engine.device
         self.single_observation_space = observation_space(self.engine.latent_shape, self.engine.num_steps)
         self.single_action_space = action_space(self.preset, self.engine.latent_shape)

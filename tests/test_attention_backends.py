@@ -21,7 +21,7 @@ def test_flex_and_sdpa_backends_agree(tiny_generator):
     packed_flex = flex.pack(rows)
     assert packed_flex.und_len % FLEX_PAD_MULTIPLE == 0 and packed_flex.und_len > sum(len(r.input_ids) for r in rows)
     v_flex = flex.velocity(packed_flex, latents, timesteps)
-    tiny_generator.transformer.set_attn_processor(tiny_generator.processor)  # restore the shared model's processor
+    tiny_generator.install_processors()  # the shared model gets its own processors back
     v_sdpa = tiny_generator.velocity(tiny_generator.pack(rows), latents, timesteps)
     for a, b in zip(v_flex, v_sdpa):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
