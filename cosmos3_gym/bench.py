@@ -32,7 +32,7 @@ MODEL_CONFIGS = {
 COMMON_CONFIG = dict(latent_channel=48, latent_patch_size=2, patch_latent_dim=192)
 # The Wan 2.2 VAE of Cosmos 3 (16x spatial, 4x temporal compression, 48 latent channels).
 WAN22_VAE_CONFIG = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
-                        temperal_downsample=[False, True, True], is_residual=True, patch_size=2,
+                        temperal_downsample=[False, True, True], is_residual=True, patch_size=2, in_channels=12, out_channels=12,
                         scale_factor_spatial=16, scale_factor_temporal=4,
                         latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
 PROMPT = "a red ball bounces to the right across a wooden floor"
@@ -75,16 +75,20 @@ def random_generator(model: str, device="cuda", dtype=torch.bfloat16) -> Cosmos3
                                             device=device, dtype=dtype)
 
 
-def forward_flops(packed: PackedRows, config) -> float:
-    """Multiply-adds x 2 of one transformer forward over ``packed`` (linear layers + attention)."""
+def forward_flops(packed: PackedRows, config, text_cached: bool) -> float:
+    """Multiply-adds x 2 of one transformer forward over ``packed`` (linear layers + attention).
+
+    ``text_cached``: only the vision tokens are computed (their attention still reads the text).
+    """
     hidden, heads, kv, head_dim = (config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
                                    config.head_dim)
     mlp_matrices = 2 if config.hidden_act == "relu2" else 3
     per_token = 2 * (2 * heads * head_dim * hidden + 2 * kv * head_dim * hidden
                      + mlp_matrices * hidden * config.intermediate_size)
     und = [len(row.input_ids) for row in packed.rows]
-    tokens = packed.und_len + sum(packed.gen_lengths)
-    attention = sum(2 * 2 * heads * head_dim * (u * u / 2 + g * (u + g)) for u, g in zip(und, packed.gen_lengths))
+    tokens = (0 if text_cached else packed.und_len) + sum(packed.gen_lengths)
+    attention = sum(2 * 2 * heads * head_dim * ((0 if text_cached else u * u / 2) + g * (u + g))
+                    for u, g in zip(und, packed.gen_lengths))
     return config.num_hidden_layers * (tokens * per_token + attention)
 
 
@@ -130,19 +134,20 @@ def bench_cpu(num_envs: int, num_steps: int, episodes: int, env_id: str) -> None
 
 
 def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: int, num_steps: int,
-              guidance: float, pipeline_samples: int, episodes: int) -> None:
+              guidance: float, pipeline_samples: int, episodes: int, device="cuda") -> None:
     from diffusers.models.transformers.transformer_cosmos3 import Cosmos3AttnProcessor
     from tqdm import tqdm
 
     from .vector_env import Cosmos3RolloutVectorEnv
 
-    device = torch.device("cuda")
-    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, model {model} "
+    device = torch.device(device)
+    on_gpu = device.type == "cuda"
+    print(f"device {torch.cuda.get_device_name() if on_gpu else device}, torch {torch.__version__}, model {model} "
           f"({MODEL_CONFIGS[model]}), request {num_frames}x{height}x{width}, {num_steps} steps, CFG {guidance}, "
           f"{num_envs} envs")
     peak = matmul_peak_tflops(device)
     print(f"matmul_peak_bf16: {peak:.0f} TFLOP/s (8192^3, measured now)")
-    generator = random_generator(model, device)
+    generator = random_generator(model, device, torch.bfloat16 if on_gpu else torch.float32)
     transformer = generator.transformer
 
     # What users run today: the diffusers pipeline, once per sample, with its own attention processor.
@@ -159,6 +164,8 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     pipe_seconds = sum(_timed(lambda: pipeline_sample(i), device) for i in tqdm(range(pipeline_samples),
                                                                                  desc="diffusers pipeline"))
     pipe_rate = pipeline_samples / pipe_seconds
+    empty_video = torch.zeros(1, 3, num_frames, height, width, device=device, dtype=generator.dtype)
+    encode = _timed(lambda: pipe._encode_video(empty_video), device, 2)
     generator.install_processors()
 
     # Ours: one engine, all envs in one forward per step; latent-only like the pipeline's output_type="latent".
@@ -166,7 +173,7 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
                                    num_steps=num_steps, guidance_scale=guidance, reward="none",
                                    generator=generator, prompts=(PROMPT,))
     actions = torch.tensor(venv.default_action, device=device).repeat(num_envs, 1)
-    step_times, trajectories = [], []
+    step_times, episodes_trajectories = [], []
 
     def episode(seed):
         venv.reset(seed=seed)
@@ -176,15 +183,16 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
             _, _, terminated, _, info = venv.step(actions)
             _sync(device)
             step_times.append(time.perf_counter() - start)
-        trajectories.extend(info["trajectory"])
+        episodes_trajectories.append(list(info["trajectory"]))
 
     episode(10_000)  # warm-up: compiles the attention kernels
     step_times.clear()
-    trajectories.clear()
-    torch.cuda.reset_peak_memory_stats()
+    episodes_trajectories.clear()
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
     env_seconds = sum(_timed(lambda: episode(1000 * e), device) for e in tqdm(range(episodes), desc="cosmos3_gym"))
     env_rate = num_envs * episodes / env_seconds
-    peak_memory = torch.cuda.max_memory_allocated() / 2**30
+    peak_memory = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else float("nan")
 
     # The bare batched forward + CFG + SDE math of one step, for the TFLOP/s and the env overhead.
     engine = venv.engine
@@ -193,39 +201,49 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     packed = engine._packed(slots)
     latents = engine.latents.clone()
     rows = [latent.unsqueeze(0) for latent in latents for _ in range(2)]
-    timesteps = [float(engine.timesteps[0, 3])] * len(rows)
+    k = num_steps // 2
+    timesteps = [float(engine.timesteps[0, k])] * len(rows)
+    generator.velocity(packed, rows, timesteps)  # fills the text cache, as step 0 of an episode does
     forward = _timed(lambda: generator.velocity(packed, rows, timesteps), device, 5)
     guidance_t = torch.full((num_envs,), guidance, device=device)
-    sigma = engine.sigmas[:, 3]
+    sigma, sigma_next = engine.sigmas[:, k], engine.sigmas[:, k + 1]
 
     def bare_step():
         from .sde import sde_step
 
         v = engine.cfg_velocity(slots, latents, timesteps[::2], guidance_t, packed=packed)
-        sde_step(v, latents, sigma, engine.sigmas[:, 4], noise_level=0.7)
+        sde_step(v, latents, sigma, sigma_next, noise_level=0.7)
 
     bare = _timed(bare_step, device, 5)
-    flops = forward_flops(packed, transformer.config)
+    flops = forward_flops(packed, transformer.config, text_cached=True)
     env_step = float(np.median(step_times))
 
-    # Precision: replay every rollout step's log-prob with the same weights.
-    ratios = []
-    for trajectory in tqdm(trajectories, desc="replay"):
-        replay = engine.replay_log_probs(trajectory)
-        ratios.append((torch.exp(replay - trajectory.log_probs.to(device)) - 1).abs().cpu())
-    ratios = torch.cat(ratios)
-    ratios = ratios[torch.isfinite(ratios)].numpy()
+    # Precision: replay every rollout step's log-prob with the same weights, (a) each episode's
+    # trajectories together in env order, as a GRPO trainer holds them, (b) a few trajectories alone.
+    def ratio_errors(replay, trajectories):
+        rollout = torch.stack([t.log_probs for t in trajectories]).to(device)
+        errors = (torch.exp(replay.reshape(rollout.shape) - rollout) - 1).abs().flatten().cpu()
+        return errors[torch.isfinite(errors)].numpy()
+
+    together = np.concatenate([ratio_errors(engine.replay_log_probs(batch), batch)
+                               for batch in tqdm(episodes_trajectories, desc="replay (episode batches)")])
+    alone = np.concatenate([ratio_errors(engine.replay_log_probs(t), [t])
+                            for t in tqdm(episodes_trajectories[0][:4], desc="replay (alone)")])
 
     tokens_per_row = (packed.und_len + sum(packed.gen_lengths)) / len(packed.rows)
     print(f"tokens per sample (cond row): {len(packed.rows[0].input_ids)} text + {packed.gen_lengths[0]} vision; "
-          f"{len(packed.rows)} rows, {tokens_per_row:.0f} tokens per row incl. padding")
-    print(f"diffusers_pipeline: {pipe_rate:.3f} samples/s ({1 / pipe_rate:.3f} s per sample)")
+          f"{len(packed.rows)} rows, {tokens_per_row:.0f} tokens per row incl. padding; attention "
+          f"{generator.attention}, compiled norms/MLPs {generator.compile}")
+    print(f"diffusers_pipeline: {pipe_rate:.3f} samples/s ({1 / pipe_rate:.3f} s per sample, of which "
+          f"{encode:.3f} s is its VAE encode of the empty conditioning video)")
     print(f"cosmos3_gym_vector_env: {env_rate:.3f} samples/s ({env_seconds / episodes:.3f} s per {num_envs} samples)")
-    print(f"transformer_forward: {forward * 1e3:.1f} ms for {len(packed.rows)} rows, {flops / 1e12:.1f} TFLOP, "
+    print(f"transformer_forward (text cached, vision tokens computed): {forward * 1e3:.1f} ms for "
+          f"{len(packed.rows)} rows, {flops / 1e12:.1f} TFLOP, "
           f"{flops / forward / 1e12:.0f} TFLOP/s = {flops / forward / 1e12 / peak:.1%} of matmul peak")
     print(f"env_step: {env_step * 1e3:.1f} ms median; bare forward + CFG + SDE: {bare * 1e3:.1f} ms; "
           f"env_overhead: {max(0.0, 1 - bare / env_step):.2%}")
     print(f"peak_gpu_memory: {peak_memory:.1f} GiB")
-    print(f"replay |exp(replay - rollout) - 1| over {ratios.size} steps: max {ratios.max():.2e}, "
-          f"p99 {np.quantile(ratios, 0.99):.2e}, median {np.median(ratios):.2e}")
+    for name, errors in (("episode batches in env order", together), ("single trajectories alone", alone)):
+        print(f"replay |exp(replay - rollout) - 1|, {name}, {errors.size} steps: max {errors.max():.2e}, "
+              f"p99 {np.quantile(errors, 0.99):.2e}, median {np.median(errors):.2e}")
     print(f"speedup_vs_diffusers: {env_rate / pipe_rate:.2f}")

@@ -249,29 +249,38 @@ class RolloutEngine:
         self._packed_cache.clear()
 
     # --- training hooks -------------------------------------------------------------
-    def replay_log_probs(self, trajectory: Trajectory, batch_steps: int | None = None) -> torch.Tensor:
+    def replay_log_probs(self, trajectories: Trajectory | list[Trajectory]) -> torch.Tensor:
         """Recompute the log-prob (mean convention) of every stored step with the current weights.
 
-        Recomputes each step's CFG velocity from the stored latent, timestep, guidance and
-        tokens, then scores the stored next latent with the same :func:`sde_step`.
-        ``batch_steps`` steps share one forward (default: all of them).
+        Each step's CFG velocity is recomputed from the stored latent, timestep, guidance and
+        tokens, and the stored next latent is scored with the same :func:`sde_step`. A list of
+        trajectories is replayed the way a vector env rolled them out: step ``k`` of all of
+        them in one forward, rows in list order, text keys/values cached after step 0. Passing
+        the trajectories of one vector-env episode in env order therefore repeats the rollout's
+        computation exactly (bit for bit, in bf16 too); other groupings agree up to the
+        model dtype's rounding. Returns ``[N]`` for one trajectory, ``[B, N]`` for a list.
         """
-        n = trajectory.num_steps
-        batch_steps = batch_steps or n
-        latents = trajectory.latents.to(self.device)
-        sigmas, timesteps = trajectory.sigmas.to(self.device), trajectory.timesteps.to(self.device)
-        out = []
-        for start in range(0, n, batch_steps):
-            ks = list(range(start, min(n, start + batch_steps)))
-            rows = []
-            for _ in ks:
-                rows += [RowSpec(tuple(trajectory.cond_ids), *self.latent_shape[1:], trajectory.fps),
-                         RowSpec(tuple(trajectory.uncond_ids), *self.latent_shape[1:], trajectory.fps)]
-            index = torch.tensor(ks, device=self.device)
-            v = self.cfg_velocity(ks, latents[index], timesteps[index].tolist(),
-                                  trajectory.guidance_scales[ks], packed=self.generator.pack(rows))
-            replay = sde_step(v, latents[index], sigmas[index], sigmas[index + 1], kind=trajectory.kind,
-                              noise_level=trajectory.noise_levels[ks].to(self.device),
-                              sigma_max=sigmas[1].expand(len(ks)), next_sample=latents[index + 1])
-            out.append(replay.log_prob)
-        return torch.cat(out)
+        batch = [trajectories] if isinstance(trajectories, Trajectory) else list(trajectories)
+        n = batch[0].num_steps
+        if any(t.num_steps != n for t in batch):
+            raise ValueError(f"trajectories hold {[t.num_steps for t in batch]} steps; replay them in groups of "
+                             f"equal length")
+        kinds = {t.kind for t in batch}
+        if len(kinds) != 1:
+            raise ValueError(f"trajectories mix SDE kinds {sorted(kinds)}; replay each kind separately")
+        kind = kinds.pop()
+        shape = self.latent_shape[1:]
+        packed = self.generator.pack([RowSpec(tuple(ids), *shape, t.fps)
+                                      for t in batch for ids in (t.cond_ids, t.uncond_ids)])
+        latents = torch.stack([t.latents for t in batch]).to(self.device)  # [B, N+1, ...]
+        sigmas = torch.stack([t.sigmas for t in batch]).to(self.device)
+        timesteps = torch.stack([t.timesteps for t in batch])
+        out = torch.empty(len(batch), n, device=self.device)
+        for k in range(n):
+            guidance = torch.stack([t.guidance_scales[k] for t in batch])
+            v = self.cfg_velocity([], latents[:, k], timesteps[:, k].tolist(), guidance, packed=packed)
+            replay = sde_step(v, latents[:, k], sigmas[:, k], sigmas[:, k + 1], kind=kind,
+                              noise_level=torch.stack([t.noise_levels[k] for t in batch]).to(self.device),
+                              sigma_max=sigmas[:, 1], next_sample=latents[:, k + 1])
+            out[:, k] = replay.log_prob
+        return out[0] if isinstance(trajectories, Trajectory) else out

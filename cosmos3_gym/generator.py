@@ -63,15 +63,22 @@ class Cosmos3Generator:
     many rows share one forward without seeing each other.
     """
 
-    def __init__(self, pipeline, device, dtype, attention: str = "auto"):
+    def __init__(self, pipeline, device, dtype, attention: str = "auto", compile: bool | None = None):
         self.pipeline = pipeline
         self.device = torch.device(device)
         self.dtype = dtype
-        # FlexAttention block-sparse kernels on accelerators; padded SDPA (exact) on the CPU.
-        self.attention = ("sdpa" if self.device.type == "cpu" else "flex") if attention == "auto" else attention
-        if self.attention not in ATTENTION_BACKENDS:
-            raise ValueError(f"attention={attention!r} is not supported; choose 'auto' or one of {ATTENTION_BACKENDS}")
         self.transformer = pipeline.transformer
+        # FlexAttention block-sparse kernels on accelerators (for real head sizes: its kernels need
+        # head_dim >= 64); padded SDPA, exact and simple, on the CPU and for toy models.
+        big_heads = self.transformer.config.head_dim >= 64
+        if attention == "auto":
+            attention = "flex" if self.device.type != "cpu" and big_heads else "sdpa"
+        if attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention={attention!r} is not supported; choose 'auto' or one of {ATTENTION_BACKENDS}")
+        self.attention = attention
+        # torch.compile fuses the elementwise work (norms, rotary embeddings, MLP activations) that
+        # otherwise costs a third of a bf16 forward; worth its warm-up where flex runs.
+        self.compile = attention == "flex" if compile is None else compile
         self.vae = pipeline.vae
         self.tokenizer = pipeline.text_tokenizer
         self.scheduler = pipeline.scheduler
@@ -81,7 +88,8 @@ class Cosmos3Generator:
 
     @classmethod
     def from_components(cls, transformer, vae, tokenizer, scheduler, device=None, dtype=None,
-                        attention: str = "auto", **pipeline_config) -> "Cosmos3Generator":
+                        attention: str = "auto", compile: bool | None = None, **pipeline_config
+                        ) -> "Cosmos3Generator":
         """Wrap in-memory diffusers components, moved to ``device`` and cast to ``dtype``
         (modules the model keeps in fp32, such as the time embedder, stay fp32)."""
         from diffusers import Cosmos3OmniPipeline
@@ -99,11 +107,11 @@ class Cosmos3Generator:
                     module.float()
         pipeline = Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tokenizer, vae=vae,
                                        scheduler=scheduler, enable_safety_checker=False, **pipeline_config)
-        return cls(pipeline, device, dtype, attention)
+        return cls(pipeline, device, dtype, attention, compile)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device=None, dtype=None, attention: str = "auto"
-                        ) -> "Cosmos3Generator":
+    def from_pretrained(cls, path: str | Path, device=None, dtype=None, attention: str = "auto",
+                        compile: bool | None = None) -> "Cosmos3Generator":
         import diffusers
         from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
         from transformers import AutoTokenizer
@@ -120,7 +128,7 @@ class Cosmos3Generator:
         index_file = path / "model_index.json"
         index = json.loads(index_file.read_text()) if index_file.is_file() else {}
         return cls.from_components(
-            transformer, vae, tokenizer, scheduler, device, dtype, attention,
+            transformer, vae, tokenizer, scheduler, device, dtype, attention, compile,
             default_use_system_prompt=index.get("default_use_system_prompt", True),
             use_native_flow_schedule=index.get("use_native_flow_schedule", False),
         )
@@ -132,7 +140,7 @@ class Cosmos3Generator:
 
     def install_processors(self) -> None:
         """(Re)install the row-isolating attention processors on the transformer."""
-        self.context = install_processors(self.transformer)
+        self.context = install_processors(self.transformer, compile=self.compile)
 
     # --- geometry -------------------------------------------------------------------
     @property

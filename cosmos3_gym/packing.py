@@ -199,6 +199,16 @@ def _rope(x, cos, sin):
     return x * cos + _rotate_half(x) * sin
 
 
+def _norm_rope(norm, x, cos, sin):
+    """Per-head norm then rotary embedding: the order of diffusers' Cosmos3AttnProcessor."""
+    return _rope(norm(x), cos, sin)
+
+
+@functools.cache
+def _compiled_norm_rope():
+    return torch.compile(_norm_rope)
+
+
 class PackedRowsAttnProcessor:
     """Cosmos 3 dual-pathway attention with every row isolated from the others.
 
@@ -216,12 +226,12 @@ class PackedRowsAttnProcessor:
 
     def __call__(self, attn, und_seq, gen_seq, rotary_emb):
         packed = self.shared.packed
+        norm_rope = _compiled_norm_rope() if self.shared.compiled else _norm_rope
         heads, kv_heads, head_dim = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
         cos_und, sin_und, cos_gen, sin_gen = (t.unsqueeze(1) for t in rotary_emb)
-        q_gen = attn.norm_added_q(attn.add_q_proj(gen_seq).view(-1, heads, head_dim))
-        k_gen = attn.norm_added_k(attn.add_k_proj(gen_seq).view(-1, kv_heads, head_dim))
+        q_gen = norm_rope(attn.norm_added_q, attn.add_q_proj(gen_seq).view(-1, heads, head_dim), cos_gen, sin_gen)
+        k_gen = norm_rope(attn.norm_added_k, attn.add_k_proj(gen_seq).view(-1, kv_heads, head_dim), cos_gen, sin_gen)
         v_gen = attn.add_v_proj(gen_seq).view(-1, kv_heads, head_dim)
-        q_gen, k_gen = _rope(q_gen, cos_gen, sin_gen), _rope(k_gen, cos_gen, sin_gen)
         if self.shared.text_cached:
             k_und_for_gen, v_und = packed.text_cache[self.layer]
             und_out = None
@@ -288,12 +298,21 @@ class ForwardContext:
 
     packed: PackedRows | None = None
     text_cached: bool = False
+    compiled: bool = False
 
 
-def install_processors(transformer) -> ForwardContext:
-    """Give every attention layer of ``transformer`` a :class:`PackedRowsAttnProcessor`."""
-    shared = ForwardContext()
+def install_processors(transformer, compile: bool = False) -> ForwardContext:
+    """Give every attention layer of ``transformer`` a :class:`PackedRowsAttnProcessor`.
+
+    ``compile``: also compile the vision pathway's norms and MLPs (their elementwise work
+    fuses into few kernels); the same compiled code serves every layer.
+    """
+    shared = ForwardContext(compiled=compile)
     names = [name for name, module in transformer.named_modules() if hasattr(module, "set_processor")]
     transformer.set_attn_processor({f"{name}.processor": PackedRowsAttnProcessor(shared, i)
                                     for i, name in enumerate(names)})
+    if compile:
+        for layer in transformer.layers:
+            for module in (layer.input_layernorm_moe_gen, layer.post_attention_layernorm_moe_gen, layer.mlp_moe_gen):
+                module.compile()
     return shared

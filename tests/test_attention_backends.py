@@ -1,5 +1,7 @@
 """FlexAttention document masks (the GPU path) equal the padded-SDPA path, row by row."""
 
+import copy
+
 import pytest
 import torch
 
@@ -11,7 +13,8 @@ from cosmos3_gym.packing import FLEX_PAD_MULTIPLE, RowSpec
 def test_flex_and_sdpa_backends_agree(tiny_generator):
     with pytest.raises(ValueError, match="attention='dense'"):
         Cosmos3Generator(tiny_generator.pipeline, "cpu", torch.float32, attention="dense")
-    flex = Cosmos3Generator(tiny_generator.pipeline, "cpu", torch.float32, attention="flex")  # shares the model
+    # Shares the model; compile=False keeps the shared modules uncompiled for the other tests.
+    flex = Cosmos3Generator(tiny_generator.pipeline, "cpu", torch.float32, attention="flex", compile=False)
     shape = tiny_generator.latent_shape(9, 32, 32)
     prompts = ["a red ball", "a green square slides to the left", "", "a blue ball falls down"]
     rows = [RowSpec(tuple(tiny_generator.tokenize(p, "", 9, 32, 32, 24.0)[0]), *shape[1:], 24.0) for p in prompts]
@@ -26,3 +29,20 @@ def test_flex_and_sdpa_backends_agree(tiny_generator):
     for a, b in zip(v_flex, v_sdpa):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
     assert (v_sdpa[0] - v_sdpa[1]).abs().max() > 1e-2
+
+
+def test_compiled_vision_pathway_matches_eager(tiny_generator):
+    """The GPU path compiles norms, MLPs and rotary embeddings; the math must not change."""
+    pipeline = copy.deepcopy(tiny_generator.pipeline)
+    compiled = Cosmos3Generator(pipeline, "cpu", torch.float32, compile=True)
+    shape = tiny_generator.latent_shape(9, 32, 32)
+    rows = [RowSpec(tuple(tiny_generator.tokenize(p, "", 9, 32, 32, 24.0)[0]), *shape[1:], 24.0)
+            for p in ("a red ball", "a blue ball falls")]
+    latents = [torch.randn(1, *shape, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    for text_cached_step in range(2):  # the recording forward, then the text-cached one
+        packed_c, packed_e = compiled.pack(rows), tiny_generator.pack(rows)
+        for _ in range(text_cached_step + 1):
+            v_compiled = compiled.velocity(packed_c, latents, [800.0, 300.0])
+            v_eager = tiny_generator.velocity(packed_e, latents, [800.0, 300.0])
+        for a, b in zip(v_compiled, v_eager):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

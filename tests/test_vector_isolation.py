@@ -56,3 +56,16 @@ def test_result_does_not_depend_on_neighbours_or_batch_size(singles):
     for j, i in enumerate(order):
         np.testing.assert_allclose(latents[j], singles[i][0], rtol=0, atol=1e-5)
         np.testing.assert_allclose(log_probs[j], singles[i][1], rtol=0, atol=1e-6)
+
+
+def test_replaying_a_vector_episode_in_env_order_repeats_the_rollout_exactly():
+    venv = gym.make_vec("Cosmos3Rollout-v0", num_envs=3, vectorization_mode="vector_entry_point", num_steps=STEPS)
+    venv.reset(seed=9, options={"prompt": PROMPTS[:3]})
+    for k in range(STEPS):
+        _, _, _, _, info = venv.step(torch.tensor([actions_for(i, k) for i in range(3)]))
+    trajectories = list(info["trajectory"])
+    engine = venv.unwrapped.engine
+    rollout = torch.stack([t.log_probs for t in trajectories])
+    assert torch.equal(engine.replay_log_probs(trajectories), rollout)
+    alone = engine.replay_log_probs(trajectories[1])  # another grouping: equal up to float rounding
+    assert (torch.exp(alone - rollout[1]) - 1).abs().max() <= 1e-6
