@@ -53,7 +53,8 @@ def _timed(fn, device, repeats: int = 1) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def random_generator(model: str, device="cuda", dtype=torch.bfloat16) -> Cosmos3Generator:
+def random_generator(model: str, device="cuda", dtype=torch.bfloat16, compile: bool | None = None
+                     ) -> Cosmos3Generator:
     """A Cosmos 3 generator at a real size with random weights (normal(0, 0.02), like HF init)."""
     from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
 
@@ -72,7 +73,7 @@ def random_generator(model: str, device="cuda", dtype=torch.bfloat16) -> Cosmos3
             if parameter.ndim >= 2:
                 parameter.normal_(0.0, 0.02)
     return Cosmos3Generator.from_components(transformer, vae, tokenizer, UniPCMultistepScheduler(**SCHEDULER_CONFIG),
-                                            device=device, dtype=dtype)
+                                            device=device, dtype=dtype, compile=compile)
 
 
 def forward_flops(packed: PackedRows, config, text_cached: bool) -> float:
@@ -147,7 +148,8 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
           f"{num_envs} envs")
     peak = matmul_peak_tflops(device)
     print(f"matmul_peak_bf16: {peak:.0f} TFLOP/s (8192^3, measured now)")
-    generator = random_generator(model, device, torch.bfloat16 if on_gpu else torch.float32)
+    # Uncompiled until the pipeline has run: its baseline is the plain pipeline users run today.
+    generator = random_generator(model, device, torch.bfloat16 if on_gpu else torch.float32, compile=False)
     transformer = generator.transformer
 
     # What users run today: the diffusers pipeline, once per sample, with its own attention processor.
@@ -166,6 +168,7 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     pipe_rate = pipeline_samples / pipe_seconds
     empty_video = torch.zeros(1, 3, num_frames, height, width, device=device, dtype=generator.dtype)
     encode = _timed(lambda: pipe._encode_video(empty_video), device, 2)
+    generator.compile = generator.attention == "flex"
     generator.install_processors()
 
     # Ours: one engine, all envs in one forward per step; latent-only like the pipeline's output_type="latent".
