@@ -179,6 +179,11 @@ class Cosmos3Generator:
         The first forward over ``packed`` computes the text tokens and caches their keys and
         values; later forwards over the same ``packed`` compute the vision tokens only.
         """
+        return self.forward_rows(packed, latents, timesteps)
+
+    def forward_rows(self, packed: PackedRows, latents: list[torch.Tensor], timesteps: list[float]
+                     ) -> list[torch.Tensor]:
+        """:meth:`velocity` with autograd left as the caller set it (training, policy gradients)."""
         text_cached = packed.text_cache is not None
         if not text_cached:
             packed.text_cache = [None] * self.transformer.config.num_hidden_layers

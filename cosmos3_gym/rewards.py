@@ -45,12 +45,78 @@ def temporal_smoothness(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
     return (1.0 - diff / 255.0).astype(np.float32)
 
 
+def _per_video(score, frames: np.ndarray, prompts: list[str]) -> np.ndarray:
+    from .world import detect, parse_prompt
+
+    return np.array([score(detect(video), parse_prompt(prompt), video) for video, prompt in zip(frames, prompts)],
+                    dtype=np.float32)
+
+
+def color_adherence(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
+    """Fraction of the object's pixels whose nearest world colour is the one the prompt names.
+
+    0 when no object is visible or the detected colour is another one; 1 for a clean match.
+    Prompts without a colour word score 0.
+    """
+    return _per_video(lambda d, want, _: d.color_purity if want["color"] and d.color == want["color"] else 0.0,
+                      frames, prompts)
+
+
+def direction_adherence(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
+    """How well the object's motion follows the prompt's direction, in [0, 1].
+
+    The cosine between the centroid's displacement (first to last frame) and the asked
+    direction, mapped to [0, 1], times how far it moved (saturating at 6 pixels).
+    """
+    from .world import DIRECTIONS
+
+    def score(d, want, _):
+        if want["direction"] is None:
+            return 0.0
+        dx, dy = d.displacement
+        length = float(np.hypot(dx, dy))
+        if length == 0.0:
+            return 0.0
+        ux, uy = DIRECTIONS[want["direction"]]
+        return 0.5 * (1.0 + (dx * ux + dy * uy) / length) * min(1.0, length / 6.0)
+
+    return _per_video(score, frames, prompts)
+
+
+def position_adherence(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
+    """1 minus the distance (in frame widths) from the object's final position to where the
+    prompt puts it ("at the top", "on the left", ...); 0 for prompts without a position."""
+    def score(d, want, _):
+        if want["position"] is None or d.color is None:
+            return 0.0
+        return max(0.0, 1.0 - float(np.hypot(d.position[0] - want["position"][0], d.position[1] - want["position"][1])))
+
+    return _per_video(score, frames, prompts)
+
+
+def prompt_adherence(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
+    """The mean of the colour, direction and position scores the prompt asks for, plus 0.2 x
+    temporal smoothness (the aesthetic-free regulariser), divided by 1.2: in [0, 1]."""
+    from .world import parse_prompt
+
+    parts = {"color": color_adherence(frames, prompts), "direction": direction_adherence(frames, prompts),
+             "position": position_adherence(frames, prompts)}
+    asked = np.array([[parse_prompt(p)[k] is not None for k in parts] for p in prompts], dtype=np.float32)
+    scores = np.stack(list(parts.values()), axis=1)
+    mean = (scores * asked).sum(1) / np.maximum(asked.sum(1), 1.0)
+    return ((mean + 0.2 * temporal_smoothness(frames, prompts)) / 1.2).astype(np.float32)
+
+
 NO_REWARD = "none"
 
 REWARDS: dict[str, Callable[[np.ndarray, list[str]], np.ndarray] | None] = {
     "colorfulness": colorfulness,
     "brightness": brightness,
     "temporal_smoothness": temporal_smoothness,
+    "color_adherence": color_adherence,
+    "direction_adherence": direction_adherence,
+    "position_adherence": position_adherence,
+    "prompt_adherence": prompt_adherence,
     NO_REWARD: None,
 }
 

@@ -1,11 +1,12 @@
-"""The embedded tiny Cosmos 3 checkpoint: the real diffusers classes at a toy size.
+"""The embedded tiny Cosmos 3: the real diffusers classes at a toy size.
 
-The checkpoint shipped in ``cosmos3_gym/assets/cosmos3-tiny`` was written by
-:func:`build_tiny_checkpoint`; it has the diffusers layout of ``nvidia/Cosmos3-*``
-(``transformer/``, ``vae/``, ``text_tokenizer/``, ``scheduler/``) so it loads through the
-same loader as a real checkpoint. Its weights are randomly initialised from a fixed seed:
-the videos it makes are noise-like, but every code path (packing, mRoPE, CFG, VAE decode)
-is the one a real checkpoint runs.
+:func:`build_tiny_components` makes the untrained model (fixed seed);
+:mod:`cosmos3_gym.train_world_model` trains it on the procedural world of
+:mod:`cosmos3_gym.world` and writes the checkpoint shipped in
+``cosmos3_gym/assets/cosmos3-tiny`` with :func:`save_checkpoint`. It has the diffusers
+layout of ``nvidia/Cosmos3-*`` (``transformer/``, ``vae/``, ``text_tokenizer/``,
+``scheduler/``), so it loads through the same loader as a real checkpoint and every code
+path (packing, mRoPE, CFG, VAE decode) is the one a real checkpoint runs.
 """
 
 from __future__ import annotations
@@ -36,16 +37,16 @@ CHAT_TEMPLATE = (
 )
 
 TRANSFORMER_CONFIG = dict(
-    hidden_size=64,
-    head_dim=16,
+    hidden_size=128,
+    head_dim=32,
     num_attention_heads=4,
     num_key_value_heads=2,
-    intermediate_size=128,
-    num_hidden_layers=2,
+    intermediate_size=384,
+    num_hidden_layers=4,
     latent_channel=4,
     latent_patch_size=2,
     patch_latent_dim=2 * 2 * 4,
-    rope_axes_dim=[4, 2, 2],
+    rope_axes_dim=[8, 4, 4],
     hidden_act="silu",
 )
 
@@ -93,19 +94,27 @@ def build_tiny_tokenizer():
     return tokenizer
 
 
-def build_tiny_checkpoint(path: str | Path, seed: int = 0) -> Path:
-    """Write the tiny checkpoint (diffusers layout, safetensors weights) to ``path``."""
+def build_tiny_components(seed: int = 0) -> dict:
+    """The untrained tiny model: ``text_tokenizer``, ``transformer``, ``vae``, ``scheduler``."""
     from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
 
-    path = Path(path)
     tokenizer = build_tiny_tokenizer()
-    tokenizer.save_pretrained(path / "text_tokenizer")
     torch.manual_seed(seed)
-    transformer = Cosmos3OmniTransformer(vocab_size=len(tokenizer), **TRANSFORMER_CONFIG)
-    transformer.save_pretrained(path / "transformer", safe_serialization=True)
-    vae = AutoencoderKLWan(**VAE_CONFIG)
-    vae.save_pretrained(path / "vae", safe_serialization=True)
-    UniPCMultistepScheduler(**SCHEDULER_CONFIG).save_pretrained(path / "scheduler")
+    return {
+        "text_tokenizer": tokenizer,
+        "transformer": Cosmos3OmniTransformer(vocab_size=len(tokenizer), **TRANSFORMER_CONFIG),
+        "vae": AutoencoderKLWan(**VAE_CONFIG),
+        "scheduler": UniPCMultistepScheduler(**SCHEDULER_CONFIG),
+    }
+
+
+def save_checkpoint(path: str | Path, components: dict) -> Path:
+    """Write ``components`` in the diffusers layout of ``nvidia/Cosmos3-*`` (safetensors weights)."""
+    path = Path(path)
+    components["text_tokenizer"].save_pretrained(path / "text_tokenizer")
+    components["transformer"].save_pretrained(path / "transformer", safe_serialization=True)
+    components["vae"].save_pretrained(path / "vae", safe_serialization=True)
+    components["scheduler"].save_pretrained(path / "scheduler")
     model_index = {
         "_class_name": "Cosmos3OmniPipeline",
         "_diffusers_version": "0.42.1",
@@ -119,3 +128,8 @@ def build_tiny_checkpoint(path: str | Path, seed: int = 0) -> Path:
     }
     (path / "model_index.json").write_text(json.dumps(model_index, indent=2) + "\n")
     return path
+
+
+def build_tiny_checkpoint(path: str | Path, seed: int = 0) -> Path:
+    """Write the untrained tiny model as a checkpoint directory."""
+    return save_checkpoint(path, build_tiny_components(seed))

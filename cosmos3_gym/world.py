@@ -1,0 +1,173 @@
+"""A procedural world of coloured objects moving with simple physics, and a detector for it.
+
+The embedded tiny Cosmos 3 is trained on these videos, so that its generations are things
+a person (and :func:`detect`) can recognise: "a small red ball slides to the right".
+Everything is deterministic given a seed; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+COLORS = {
+    "red": (220, 40, 40),
+    "green": (40, 200, 60),
+    "blue": (50, 90, 240),
+    "yellow": (235, 215, 40),
+}
+SHAPES = ("ball", "square", "triangle")
+SIZES = {"small": 3, "big": 5}  # half-size in pixels
+DIRECTIONS = {"right": (1, 0), "left": (-1, 0), "up": (0, -1), "down": (0, 1)}  # (dx, dy), y grows downwards
+VERBS = {
+    "right": ("slides to the right", "moves to the right", "bounces to the right"),
+    "left": ("slides to the left", "moves to the left", "bounces to the left"),
+    "up": ("moves up", "rises"),
+    "down": ("falls down", "moves down"),
+}
+BACKGROUND = (16, 16, 16)
+
+
+@dataclass(frozen=True)
+class Scene:
+    color: str
+    shape: str
+    size: str
+    direction: str
+    verb: str
+    start: tuple[float, float]  # centre (x, y) in pixels at frame 0
+    speed: float  # pixels per frame
+
+    @property
+    def caption(self) -> str:
+        return f"a {self.size} {self.color} {self.shape} {self.verb}"
+
+
+def sample_scene(rng: np.random.Generator, num_frames: int = 9, size: int = 32) -> Scene:
+    """A random scene whose object stays inside the frame for ``num_frames`` frames."""
+    direction = str(rng.choice(list(DIRECTIONS)))
+    half = SIZES[scale := str(rng.choice(list(SIZES)))]
+    speed = float(rng.uniform(1.5, 2.5))
+    travel = speed * (num_frames - 1)
+    dx, dy = DIRECTIONS[direction]
+    low, high = half + 1.0, size - half - 2.0
+
+    def start_along(d):  # leave room for the whole motion along a moving axis
+        if d > 0:
+            return float(rng.uniform(low, max(low, high - travel)))
+        if d < 0:
+            return float(rng.uniform(min(high, low + travel), high))
+        return float(rng.uniform(low, high))
+
+    return Scene(
+        color=str(rng.choice(list(COLORS))),
+        shape=str(rng.choice(SHAPES)),
+        size=scale,
+        direction=direction,
+        verb=str(rng.choice(VERBS[direction])),
+        start=(start_along(dx), start_along(dy)),
+        speed=speed,
+    )
+
+
+def _mask(shape: str, cx: float, cy: float, half: int, size: int) -> np.ndarray:
+    y, x = np.mgrid[0:size, 0:size] + 0.5
+    if shape == "ball":
+        return (x - cx) ** 2 + (y - cy) ** 2 <= half**2
+    if shape == "square":
+        return (np.abs(x - cx) <= half) & (np.abs(y - cy) <= half)
+    # triangle pointing up: inside the box, below the two slanted edges
+    inside_box = (y >= cy - half) & (y <= cy + half)
+    return inside_box & (np.abs(x - cx) <= (y - (cy - half)) / 2.0 + 0.5)
+
+
+def render(scene: Scene, num_frames: int = 9, size: int = 32) -> np.ndarray:
+    """uint8 frames ``[num_frames, size, size, 3]`` of ``scene``.
+
+    "bounces" adds a vertical hop to a horizontal slide; "falls" accelerates downwards.
+    """
+    frames = np.empty((num_frames, size, size, 3), dtype=np.uint8)
+    dx, dy = DIRECTIONS[scene.direction]
+    half = SIZES[scene.size]
+    for t in range(num_frames):
+        progress = scene.speed * t
+        if scene.verb.startswith("falls"):
+            progress = scene.speed * (num_frames - 1) * (t / (num_frames - 1)) ** 1.5
+        cx, cy = scene.start[0] + dx * progress, scene.start[1] + dy * progress
+        if scene.verb.startswith("bounces"):
+            cy = min(cy, size - half - 1.0) - 3.0 * abs(np.sin(np.pi * t / 4.0))
+            cy = max(cy, half + 0.5)
+        frames[t] = BACKGROUND
+        frames[t][_mask(scene.shape, cx, cy, half, size)] = COLORS[scene.color]
+    return frames
+
+
+def dataset(seed: int, count: int, num_frames: int = 9, size: int = 32) -> tuple[np.ndarray, list[Scene]]:
+    """``count`` videos ``[count, num_frames, size, size, 3]`` and their scenes, from ``seed``."""
+    rng = np.random.default_rng(seed)
+    scenes = [sample_scene(rng, num_frames, size) for _ in range(count)]
+    return np.stack([render(s, num_frames, size) for s in scenes]), scenes
+
+
+# --- reading videos back -------------------------------------------------------------
+@dataclass(frozen=True)
+class Detection:
+    color: str | None  # None: no object found
+    direction: str | None  # None: no clear motion
+    displacement: tuple[float, float]  # centroid motion (dx, dy) from first to last frame, pixels
+    position: tuple[float, float]  # centroid in the last frame, as fractions of width and height
+    color_purity: float  # fraction of object pixels nearest to the detected colour
+
+
+def _object_pixels(frame: np.ndarray) -> np.ndarray:
+    """Pixels that stand out from the dark background."""
+    return frame.astype(np.float32).max(axis=-1) > 90.0
+
+
+def _nearest_color(pixels: np.ndarray) -> np.ndarray:
+    palette = np.array(list(COLORS.values()), dtype=np.float32)
+    return np.argmin(((pixels[:, None, :] - palette[None]) ** 2).sum(-1), axis=1)
+
+
+def detect(frames: np.ndarray, min_motion: float = 2.0) -> Detection:
+    """Colour, motion direction and final position of the main object of uint8 ``[T, H, W, 3]``."""
+    frames = np.asarray(frames)
+    names = list(COLORS)
+    centroids, votes = [], []
+    for frame in frames:
+        mask = _object_pixels(frame)
+        if mask.sum() < 2:
+            centroids.append(None)
+            continue
+        ys, xs = np.nonzero(mask)
+        centroids.append((xs.mean() + 0.5, ys.mean() + 0.5))
+        votes.append(_nearest_color(frame[mask].astype(np.float32)))
+    found = [c for c in centroids if c is not None]
+    if not found:
+        return Detection(None, None, (0.0, 0.0), (0.5, 0.5), 0.0)
+    votes = np.concatenate(votes)
+    counts = np.bincount(votes, minlength=len(names))
+    color = names[int(counts.argmax())]
+    dx, dy = found[-1][0] - found[0][0], found[-1][1] - found[0][1]
+    direction = None
+    if max(abs(dx), abs(dy)) >= min_motion:
+        direction = ("right" if dx > 0 else "left") if abs(dx) >= abs(dy) else ("down" if dy > 0 else "up")
+    height, width = frames.shape[1:3]
+    return Detection(color, direction, (float(dx), float(dy)),
+                     (found[-1][0] / width, found[-1][1] / height), float(counts.max() / counts.sum()))
+
+
+DIRECTION_PHRASES = {"to the right": "right", "to the left": "left", " up": "up", "rises": "up",
+                     " down": "down", "falls": "down", "drops": "down"}
+POSITION_PHRASES = {"at the top": (0.5, 0.25), "at the bottom": (0.5, 0.75), "on the left": (0.25, 0.5),
+                    "on the right": (0.75, 0.5), "in the middle": (0.5, 0.5)}
+
+
+def parse_prompt(prompt: str) -> dict:
+    """The colour, direction and position a prompt asks for (None where it names none)."""
+    text = " " + prompt.lower()
+    color = next((name for name in COLORS if f" {name} " in text + " "), None)
+    direction = next((d for phrase, d in DIRECTION_PHRASES.items() if phrase in text), None)
+    position = next((p for phrase, p in POSITION_PHRASES.items() if phrase in text), None)
+    return {"color": color, "direction": direction, "position": position}
