@@ -141,15 +141,17 @@ class RolloutEngine:
 
     def cfg_velocity(self, slots: list[int], latents: torch.Tensor, timesteps: list[float],
                      guidance: torch.Tensor, packed=None) -> torch.Tensor:
-        """CFG velocity ``u + g (c - u)`` in fp32 for ``latents[j]`` of slot ``slots[j]``, one forward."""
+        """CFG velocity ``u + g (c - u)`` in fp32 for ``latents[j]`` of slot ``slots[j]``, one forward
+        (autograd as the caller set it)."""
         packed = packed or self._packed(slots)
         rows_latents = [latent.unsqueeze(0) for latent in latents for _ in range(2)]
         rows_timesteps = [t for t in timesteps for _ in range(2)]
-        velocities = self.generator.velocity(packed, rows_latents, rows_timesteps)
+        velocities = self.generator.forward_rows(packed, rows_latents, rows_timesteps)
         cond, uncond = torch.stack(velocities[0::2]), torch.stack(velocities[1::2])
         g = guidance.float().to(self.device).view(-1, *([1] * (cond.ndim - 1)))
         return uncond + g * (cond - uncond)
 
+    @torch.no_grad()
     def step(self, slots: list[int], guidance: torch.Tensor, noise_level: torch.Tensor,
              noise: torch.Tensor | None = None) -> StepResult:
         """Advance ``slots`` by one step. ``noise`` [b, C, T, H, W] overrides the slots' own draws."""
@@ -259,6 +261,9 @@ class RolloutEngine:
         the trajectories of one vector-env episode in env order therefore repeats the rollout's
         computation exactly (bit for bit, in bf16 too); other groupings agree up to the
         model dtype's rounding. Returns ``[N]`` for one trajectory, ``[B, N]`` for a list.
+
+        Autograd is as the caller set it: a trainer holding its own engine over its own
+        (trainable) generator gets log-probs it can differentiate (``torch.enable_grad()``).
         """
         batch = [trajectories] if isinstance(trajectories, Trajectory) else list(trajectories)
         n = batch[0].num_steps
@@ -275,12 +280,43 @@ class RolloutEngine:
         latents = torch.stack([t.latents for t in batch]).to(self.device)  # [B, N+1, ...]
         sigmas = torch.stack([t.sigmas for t in batch]).to(self.device)
         timesteps = torch.stack([t.timesteps for t in batch])
-        out = torch.empty(len(batch), n, device=self.device)
+        out = []
         for k in range(n):
             guidance = torch.stack([t.guidance_scales[k] for t in batch])
             v = self.cfg_velocity([], latents[:, k], timesteps[:, k].tolist(), guidance, packed=packed)
             replay = sde_step(v, latents[:, k], sigmas[:, k], sigmas[:, k + 1], kind=kind,
                               noise_level=torch.stack([t.noise_levels[k] for t in batch]).to(self.device),
                               sigma_max=sigmas[:, 1], next_sample=latents[:, k + 1])
-            out[:, k] = replay.log_prob
+            out.append(replay.log_prob)
+        out = torch.stack(out, dim=1)
         return out[0] if isinstance(trajectories, Trajectory) else out
+
+    def update_weights(self, weights) -> int:
+        """Load new transformer weights (a state dict, or ``(name, tensor)`` pairs from a trainer).
+
+        Every name, shape and dtype is checked before anything changes: a bad update raises
+        ``ValueError`` naming the offending tensor and leaves the model as it was. Tensors may
+        live on another device or require grad. Returns the new ``weights_version``.
+        """
+        updates = dict(weights.items() if hasattr(weights, "items") else weights)
+        current = self.generator.transformer.state_dict()
+        if not updates:
+            raise ValueError("update_weights got no tensors")
+        for name, tensor in updates.items():
+            if name not in current:
+                close = [k for k in current if k.split(".")[-1] == name.split(".")[-1]][:3]
+                raise ValueError(f"update_weights: unknown tensor {name!r}; names are the transformer's "
+                                 f"state_dict keys (e.g. {close or list(current)[:3]})")
+            if not isinstance(tensor, torch.Tensor):
+                raise ValueError(f"update_weights: {name!r} is a {type(tensor).__name__}, not a torch.Tensor")
+            if tuple(tensor.shape) != tuple(current[name].shape):
+                raise ValueError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}; "
+                                 f"expected {tuple(current[name].shape)}")
+            if tensor.dtype != current[name].dtype:
+                raise ValueError(f"update_weights: {name!r} has dtype {tensor.dtype}; expected {current[name].dtype}")
+        with torch.no_grad():
+            for name, tensor in updates.items():
+                current[name].copy_(tensor.detach())
+        self.weights_version += 1
+        self._packed_cache.clear()  # cached text keys/values belong to the old weights
+        return self.weights_version

@@ -158,6 +158,10 @@ class Cosmos3RolloutEnv(gym.Env):
         self._episode_over = terminated
         return self._obs(), reward, terminated, False, info
 
+    def update_weights(self, weights) -> int:
+        """New transformer weights from a trainer; see :meth:`RolloutEngine.update_weights`."""
+        return self.engine.update_weights(weights)
+
     def render(self):
         if self.render_mode != "rgb_array":
             return None

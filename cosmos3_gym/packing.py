@@ -12,8 +12,9 @@ A *row* is one sequence of ``Cosmos3OmniPipeline``: the conditional or the uncon
 prompt of one request. Positions (mRoPE) and token order inside a row are exactly the
 pipeline's; only the placement of rows side by side is ours.
 
-Two attention backends give the same result: ``"sdpa"`` pads rows to a common length and
-uses boolean masks (exact on the CPU); ``"flex"`` keeps the packed sequence and uses
+Two attention backends give the same result: ``"sdpa"`` runs each row's attention as its
+own call, exactly the call diffusers' processor makes for a single sample (so it matches
+the pipeline to the last bit on the CPU); ``"flex"`` keeps the packed sequence and uses
 FlexAttention document masks compiled into block-sparse kernels (fast on a GPU: blocks
 that cross rows are skipped, not masked). For ``"flex"`` the text stream is padded to a
 multiple of :data:`FLEX_PAD_MULTIPLE` with inert tokens, so that episodes with different
@@ -27,6 +28,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from diffusers.models.transformers.transformer_cosmos3 import _rotate_half
@@ -53,12 +55,10 @@ ATTENTION_BACKENDS = ("sdpa", "flex")
 
 @dataclass
 class RowLayout:
-    """Where each row's tokens sit in the packed und/gen streams (``-1``-free gathers)."""
+    """Each row's ``(start, end)`` in the packed und (text) and gen (vision) streams."""
 
-    und_index: torch.Tensor  # [R, Umax] positions in the und stream (0 where padded)
-    und_valid: torch.Tensor  # [R, Umax] bool
-    gen_index: torch.Tensor  # [R, Gmax]
-    gen_valid: torch.Tensor  # [R, Gmax]
+    und_bounds: list[tuple[int, int]]
+    gen_bounds: list[tuple[int, int]]
 
 
 @dataclass
@@ -98,13 +98,9 @@ def _flex_attention(device_type: str):
     return torch.compile(flex_attention, dynamic=False)
 
 
-def _padded_index(lengths: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
-    longest = max(lengths)
-    starts = torch.tensor([0] + lengths[:-1], device=device).cumsum(0)
-    offsets = torch.arange(longest, device=device)
-    valid = offsets[None, :] < torch.tensor(lengths, device=device)[:, None]
-    index = torch.where(valid, starts[:, None] + offsets[None, :], torch.zeros_like(offsets)[None, :])
-    return index, valid
+def _bounds(lengths: list[int]) -> list[tuple[int, int]]:
+    ends = np.cumsum(lengths).tolist()
+    return [(end - length, end) for length, end in zip(lengths, ends)]
 
 
 class PackedRows:
@@ -162,9 +158,7 @@ class PackedRows:
                 torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
             self.layout = _flex_layout(rows_of(und_lengths), rows_of(gen_lengths))
         else:
-            und_index, und_valid = _padded_index(und_lengths, device)
-            gen_index, gen_valid = _padded_index(gen_lengths, device)
-            self.layout = RowLayout(und_index, und_valid, gen_index, gen_valid)
+            self.layout = RowLayout(_bounds(und_lengths), _bounds(gen_lengths))
 
     def transformer_kwargs(self, latents: list[torch.Tensor], timesteps: list[float], dtype,
                            text_cached: bool = False) -> dict:
@@ -251,27 +245,23 @@ class PackedRowsAttnProcessor:
 
     @staticmethod
     def _sdpa(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):
-        def rows(x, index):  # packed [L, h, d] -> padded [R, h, Lmax, d]
-            return x[index].transpose(1, 2)
+        def seq(x):  # packed [L, h, d] -> [1, h, L, d], the layout diffusers' native backend passes
+            return x.unsqueeze(0).permute(0, 2, 1, 3)
+
+        def attend(q, k, v, causal):
+            out = F.scaled_dot_product_attention(seq(q), seq(k), seq(v), is_causal=causal, enable_gqa=True)
+            return out.permute(0, 2, 1, 3).squeeze(0).flatten(-2)
 
         und_out = None
         if und is not None:
             q_und, k_und, _ = und
-            und_len = layout.und_index.shape[1]
-            causal = torch.ones(und_len, und_len, dtype=torch.bool, device=q_und.device).tril()
-            und_mask = causal[None, None] & layout.und_valid[:, None, None, :]
-            und_out = F.scaled_dot_product_attention(
-                rows(q_und, layout.und_index), rows(k_und, layout.und_index), rows(v_und, layout.und_index),
-                attn_mask=und_mask, enable_gqa=True,
-            )
-            und_out = und_out.transpose(1, 2).flatten(-2)[layout.und_valid]
-        gen_keys = torch.cat([rows(k_und_for_gen, layout.und_index), rows(k_gen, layout.gen_index)], dim=2)
-        gen_values = torch.cat([rows(v_und, layout.und_index), rows(v_gen, layout.gen_index)], dim=2)
-        gen_mask = torch.cat([layout.und_valid, layout.gen_valid], dim=1)[:, None, None, :]
-        gen_out = F.scaled_dot_product_attention(
-            rows(q_gen, layout.gen_index), gen_keys, gen_values, attn_mask=gen_mask, enable_gqa=True
-        )
-        return und_out, gen_out.transpose(1, 2).flatten(-2)[layout.gen_valid]
+            und_out = torch.cat([attend(q_und[a:b], k_und[a:b], v_und[a:b], True) for a, b in layout.und_bounds])
+        gen_out = torch.cat([
+            attend(q_gen[c:d], torch.cat([k_und_for_gen[a:b], k_gen[c:d]]), torch.cat([v_und[a:b], v_gen[c:d]]),
+                   False)
+            for (a, b), (c, d) in zip(layout.und_bounds, layout.gen_bounds)
+        ])
+        return und_out, gen_out
 
     @staticmethod
     def _flex(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):

@@ -257,6 +257,10 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         self._needs_reset[dst] = False
         return list(seeds)
 
+    def update_weights(self, weights) -> int:
+        """New transformer weights from a trainer; see :meth:`RolloutEngine.update_weights`."""
+        return self.engine.update_weights(weights)
+
     def render(self):
         if self.render_mode != "rgb_array":
             return None
