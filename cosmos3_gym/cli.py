@@ -128,6 +128,18 @@ def bench(args) -> int:
     return 0
 
 
+def evaluate(args) -> int:
+    from .evaluate import adherence, report
+
+    result = adherence(args.env, args.samples, args.seed, device=args.device)
+    text = report(result)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="cosmos3-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -166,6 +178,14 @@ def main(argv=None) -> int:
     p.add_argument("--pipeline-samples", type=int, default=4, help="GPU: timed diffusers pipeline calls")
     p.add_argument("--episodes", type=int, default=2, help="timed episodes of the vector env")
     p.set_defaults(func=bench)
+
+    p = sub.add_parser("evaluate", help="colour and direction accuracy of generated videos (world captions)")
+    p.add_argument("--env", default="Cosmos3Rollout-v0")
+    p.add_argument("--samples", type=int, default=128)
+    p.add_argument("--seed", type=int, default=2024)
+    p.add_argument("--device", default=None)
+    p.add_argument("--out", default=None, help="also write the report to this file")
+    p.set_defaults(func=evaluate)
 
     args = parser.parse_args(argv)
     return args.func(args)

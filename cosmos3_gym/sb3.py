@@ -7,6 +7,7 @@ envs (no ``DummyVecEnv`` over single envs).
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
@@ -21,22 +22,34 @@ INFO_KEYS = ("log_prob", "log_prob_sum", "sigma", "sigma_next", "timestep", "gui
 class Cosmos3SB3VecEnv(VecEnv):
     """Adapter: ``Cosmos3SB3VecEnv.make("Cosmos3Rollout-v0", num_envs=8, num_steps=4)``.
 
+    ``rescale_actions=True`` shows SB3 a ``[-1, 1]`` action box, mapped linearly onto the
+    env's (guidance_scale, noise_level) bounds (what SB3 recommends for Gaussian policies).
+
     The envs share one engine, so ``get_attr``/``set_attr``/``env_method`` address the
     vector env (the same value for every index), except the per-env attributes
     ``prompt``, ``negative_prompt``, ``seed`` and ``step``.
     """
 
-    def __init__(self, venv: Cosmos3RolloutVectorEnv):
+    def __init__(self, venv: Cosmos3RolloutVectorEnv, rescale_actions: bool = False):
         if venv.autoreset_mode != AutoresetMode.SAME_STEP:
             raise ValueError(f"the SB3 adapter needs autoreset_mode=SAME_STEP, got {venv.autoreset_mode}; "
                              f"build it with Cosmos3SB3VecEnv.make(...)")
         self.venv = venv
-        super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
+        space = venv.single_action_space
+        if rescale_actions and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+            raise ValueError("rescale_actions=True needs a bounded action space (action_mode='control')")
+        # SB3's Gaussian policies work best on [-1, 1]; map that box linearly onto the env's bounds.
+        self._rescale = (space.low, space.high) if rescale_actions else None
+        if rescale_actions:
+            space = gym.spaces.Box(-1.0, 1.0, shape=space.shape, dtype=np.float32)
+        super().__init__(venv.num_envs, venv.single_observation_space, space)
         self._actions = None
 
     @classmethod
-    def make(cls, env_id: str = "Cosmos3Rollout-v0", num_envs: int = 4, **kwargs) -> "Cosmos3SB3VecEnv":
-        return cls(Cosmos3RolloutVectorEnv(num_envs, env_id, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs))
+    def make(cls, env_id: str = "Cosmos3Rollout-v0", num_envs: int = 4, rescale_actions: bool = False,
+             **kwargs) -> "Cosmos3SB3VecEnv":
+        venv = Cosmos3RolloutVectorEnv(num_envs, env_id, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+        return cls(venv, rescale_actions)
 
     def _single_obs(self, obs: dict, i: int) -> dict:
         return {key: np.asarray(value[i]) for key, value in obs.items()}
@@ -50,6 +63,9 @@ class Cosmos3SB3VecEnv(VecEnv):
         return self.venv.numpy_obs(obs)
 
     def step_async(self, actions: np.ndarray) -> None:
+        if self._rescale is not None:
+            low, high = self._rescale
+            actions = (low + (np.asarray(actions, dtype=np.float32) + 1.0) * 0.5 * (high - low)).astype(np.float32)
         self._actions = actions
 
     def step_wait(self):

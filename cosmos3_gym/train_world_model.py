@@ -15,7 +15,6 @@ losses) and ``training_curve.png``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .args import parse_args
 from .generator import Cosmos3Generator
 from .packing import RowSpec
 from .tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
@@ -156,10 +156,7 @@ def plot_curve(log: list, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in dataclasses.fields(TrainArgs):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    args = TrainArgs(**vars(parser.parse_args(argv)))
+    args = parse_args(TrainArgs, argv, __doc__)
     torch.backends.cuda.matmul.allow_tf32 = True
     start = time.time()
     components = build_tiny_components(args.init_seed)
