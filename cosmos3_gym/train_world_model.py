@@ -65,6 +65,15 @@ def _lr(step: int, total: int, peak: float, warmup: int = 200) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
+def _update(optimizer, loss, parameters, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+    optimizer.step()
+
+
 def train_vae(vae, args: TrainArgs, log: list) -> None:
     from tqdm import tqdm
 
@@ -76,12 +85,7 @@ def train_vae(vae, args: TrainArgs, log: list) -> None:
         recon = vae.decode(posterior.sample()).sample
         mse = torch.nn.functional.mse_loss(recon, video)
         loss = mse + args.kl_weight * posterior.kl().mean()
-        for group in optimizer.param_groups:
-            group["lr"] = _lr(step, args.vae_steps, args.vae_lr)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        optimizer.step()
+        _update(optimizer, loss, vae.parameters(), _lr(step, args.vae_steps, args.vae_lr))
         if step % args.log_every == 0 or step == args.vae_steps - 1:
             log.append({"stage": "vae", "step": step, "mse": mse.item()})
     vae.eval().requires_grad_(False)
@@ -121,12 +125,7 @@ def train_transformer(generator: Cosmos3Generator, args: TrainArgs, log: list, d
         velocity = generator.forward_rows(generator.pack(rows), [x.unsqueeze(0) for x in x_sigma],
                                           (sigma * 1000).tolist())
         loss = torch.nn.functional.mse_loss(torch.stack(velocity), noise - x0)
-        for group in optimizer.param_groups:
-            group["lr"] = _lr(step, args.steps, args.lr)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
-        optimizer.step()
+        _update(optimizer, loss, transformer.parameters(), _lr(step, args.steps, args.lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
             log.append({"stage": "transformer", "step": step, "loss": loss.item()})

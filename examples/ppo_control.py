@@ -13,18 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
-import numpy as np
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 from tqdm import tqdm
 
 from cosmos3_gym.args import parse_args
+from cosmos3_gym.plots import reward_curve
 from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 
 @dataclass
@@ -69,20 +65,10 @@ def main(args: Args) -> None:
     callback = EpisodeRewards(args.total_timesteps)
     model.learn(args.total_timesteps, callback=callback)
 
-    steps, rewards = map(np.array, zip(*callback.rewards))
-    window = max(1, len(rewards) // 10)
-    first, last = rewards[:window].mean(), rewards[-window:].mean()
+    steps, rewards = zip(*callback.rewards)
+    first, last, window = reward_curve(steps, rewards, out / "ppo_reward.png", title="PPO on (guidance, noise level)",
+                                       xlabel="env steps", ylabel="prompt adherence", points="episode")
     print(f"{len(rewards)} episodes; mean reward of the first {window}: {first:.3f}, of the last {window}: {last:.3f}")
-    smooth = np.convolve(rewards, np.ones(window) / window, mode="valid")
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    ax.plot(steps, rewards, ".", alpha=0.15, label="episode")
-    ax.plot(steps[window - 1:], smooth, label=f"mean of {window}")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("prompt adherence")
-    ax.set_title(f"PPO on (guidance, noise level): {first:.2f} -> {last:.2f}", fontsize=10)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / "ppo_reward.png", dpi=110)
     print(f"wrote {out / 'ppo_reward.png'}")
 
 

@@ -1,0 +1,44 @@
+"""The examples run (at a small scale) and the notebook executes, so that none of them rots."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def run(script, *flags, tmp_path):
+    result = subprocess.run([sys.executable, str(EXAMPLES / script), "--out", str(tmp_path), *flags],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_quickstart(tmp_path):
+    out = run("quickstart.py", "--gallery", "2", tmp_path=tmp_path)
+    assert "log_prob" in out and (tmp_path / "quickstart.gif").exists() and (tmp_path / "rollouts.gif").exists()
+
+
+def test_ppo_control_smoke(tmp_path):
+    out = run("ppo_control.py", "--num-envs", "4", "--total-timesteps", "256", tmp_path=tmp_path)
+    assert "episodes; mean reward" in out and (tmp_path / "ppo_reward.png").exists()
+
+
+def test_grpo_finetune_smoke(tmp_path):
+    out = run("grpo_finetune.py", "--num-groups", "2", "--group-size", "2", "--num-steps", "2", "--iterations", "2",
+              tmp_path=tmp_path)
+    assert "weights_version 2" in out and (tmp_path / "grpo_reward.png").exists()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_explore_notebook_executes(tmp_path):
+    notebook = nbformat.read(EXAMPLES / "explore.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = "".join(o.get("text", "") for cell in notebook.cells for o in cell.get("outputs", []))
+    assert "children share the parent's first 3 steps: [True, True, True]" in outputs
+    images = [o for cell in notebook.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) >= 3

@@ -1,0 +1,28 @@
+"""render(): the decoded x0-prediction as one filmstrip image, recordable with RecordVideo."""
+
+import gymnasium as gym
+import imageio.v2 as imageio
+import numpy as np
+
+from conftest import run_episode
+
+
+def test_render_is_the_filmstrip_of_the_decoded_prediction(make_env):
+    env = make_env(num_steps=3, render_mode="rgb_array")
+    env.reset(seed=0)
+    first = env.render()
+    assert first.shape == (32, 9 * 32, 3) and first.dtype == np.uint8
+    _, _, infos = run_episode(env, seed=0)
+    final = env.render()
+    np.testing.assert_array_equal(final, np.concatenate(list(infos[-1]["frames"]), axis=1))
+    assert not np.array_equal(first, final)
+
+
+def test_record_video_wrapper(tmp_path):
+    env = gym.wrappers.RecordVideo(gym.make("Cosmos3Rollout-v0", num_steps=3, render_mode="rgb_array"),
+                                   str(tmp_path), episode_trigger=lambda episode: True, disable_logger=True)
+    run_episode(env, seed=0)
+    env.close()
+    (video,) = tmp_path.glob("*.mp4")
+    frames = imageio.mimread(video)
+    assert len(frames) == 4 and frames[0].shape == (32, 288, 3)  # reset + 3 steps
