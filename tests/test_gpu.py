@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 def test_flex_rows_equal_sdpa_rows_at_a_real_head_size():
     generator = random_generator("edge", "cuda", torch.bfloat16, compile=False)
-    shape = generator.latent_shape(5, 128, 128)
-    rows = [RowSpec(tuple(generator.tokenize(p, "", 5, 128, 128, 24.0)[0]), *shape[1:], 24.0)
+    shape = generator.latent_shape(9, 256, 256)
+    rows = [RowSpec(tuple(generator.tokenize(p, "", 9, 256, 256, 24.0)[0]), *shape[1:], 24.0)
             for p in ("a red ball", "a much longer prompt about a green square sliding to the left")]
     latents = [torch.randn(1, *shape, device="cuda") for _ in rows]
     flex = generator.velocity(generator.pack(rows), latents, [900.0, 300.0])
