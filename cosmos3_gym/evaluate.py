@@ -51,7 +51,7 @@ def report(result: dict) -> str:
              f"captions from cosmos3_gym.world.dataset(seed={result['seed']})",
              f"color_accuracy: {result['color_accuracy']:.1%}   (target >= 80 %, chance 25 %)",
              f"direction_accuracy: {result['direction_accuracy']:.1%}   (target >= 70 %, chance 25 %)",
-             f"mean reward ({'preset reward'}): {result['mean_reward']:.3f}",
+             f"mean reward (the preset's): {result['mean_reward']:.3f}",
              "colour confusions (asked, seen): " + (", ".join(f"{k}: {v}" for k, v in
                                                               result["confusions"].most_common()) or "none")]
     return "\n".join(lines)

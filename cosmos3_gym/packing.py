@@ -98,6 +98,11 @@ def _flex_attention(device_type: str):
     return torch.compile(flex_attention, dynamic=False)
 
 
+def _row_ids(lengths: list[int], device) -> torch.Tensor:
+    """For each token of a packed stream, the index of the row it belongs to."""
+    return torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+
+
 def _bounds(lengths: list[int]) -> list[tuple[int, int]]:
     ends = np.cumsum(lengths).tolist()
     return [(end - length, end) for length, end in zip(lengths, ends)]
@@ -154,9 +159,7 @@ class PackedRows:
         self.gen_indexes = torch.arange(self.und_len, self.und_len + gen_len, device=device)
         self.text_cache: list | None = None
         if attention == "flex":
-            rows_of = lambda lengths: torch.repeat_interleave(  # noqa: E731
-                torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
-            self.layout = _flex_layout(rows_of(und_lengths), rows_of(gen_lengths))
+            self.layout = _flex_layout(_row_ids(und_lengths, device), _row_ids(gen_lengths, device))
         else:
             self.layout = RowLayout(_bounds(und_lengths), _bounds(gen_lengths))
 

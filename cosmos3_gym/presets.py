@@ -16,6 +16,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
+from .rewards import REWARDS
 from .schedule import SigmaGrid, explicit_grid, flow_shift_grid, serving_grid
 from .sde import KINDS
 
@@ -50,8 +51,6 @@ class Preset:
     description: str = field(default="", compare=False)
 
     def __post_init__(self):
-        from .rewards import REWARDS
-
         def fail(name, allowed):
             raise ValueError(f"preset {self.id!r}: {name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
 

@@ -14,6 +14,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from .world import DIRECTIONS, detect, parse_prompt
+
 
 class RewardFn(Protocol):
     def __call__(self, frames: np.ndarray, prompts: list[str]) -> np.ndarray: ...
@@ -46,8 +48,6 @@ def temporal_smoothness(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
 
 
 def _per_video(score, frames: np.ndarray, prompts: list[str]) -> np.ndarray:
-    from .world import detect, parse_prompt
-
     return np.array([score(detect(video), parse_prompt(prompt), video) for video, prompt in zip(frames, prompts)],
                     dtype=np.float32)
 
@@ -68,8 +68,6 @@ def direction_adherence(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
     The cosine between the centroid's displacement (first to last frame) and the asked
     direction, mapped to [0, 1], times how far it moved (saturating at 6 pixels).
     """
-    from .world import DIRECTIONS
-
     def score(d, want, _):
         if want["direction"] is None:
             return 0.0
@@ -97,8 +95,6 @@ def position_adherence(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
 def prompt_adherence(frames: np.ndarray, prompts: list[str]) -> np.ndarray:
     """The mean of the colour, direction and position scores the prompt asks for, plus 0.2 x
     temporal smoothness (the aesthetic-free regulariser), divided by 1.2: in [0, 1]."""
-    from .world import parse_prompt
-
     parts = {"color": color_adherence(frames, prompts), "direction": direction_adherence(frames, prompts),
              "position": position_adherence(frames, prompts)}
     asked = np.array([[parse_prompt(p)[k] is not None for k in parts] for p in prompts], dtype=np.float32)

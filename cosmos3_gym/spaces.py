@@ -75,10 +75,11 @@ def checked_action(action, space: spaces.Box, batch_shape: tuple = (), device="c
     return tensor
 
 
-def checked_options(options: dict | None) -> dict:
+def checked_options(options: dict | None, allowed: tuple[str, ...] = OPTION_KEYS) -> dict:
+    """A copy of ``options``; raises ``ValueError`` naming any key not in ``allowed``."""
     options = dict(options or {})
-    unknown = sorted(set(options) - set(OPTION_KEYS))
+    unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(f"unknown reset option(s) {unknown}; allowed: {list(OPTION_KEYS)}")
+        raise ValueError(f"unknown reset option(s) {unknown}; allowed: {list(allowed)}")
     return options
 

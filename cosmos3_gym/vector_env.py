@@ -9,9 +9,10 @@ from gymnasium.vector.utils import batch_space
 
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
+from .spaces import OPTION_KEYS as SINGLE_ENV_OPTION_KEYS
 from .spaces import action_space, build_engine, checked_action, checked_options, observation_space
 
-OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask")
+OPTION_KEYS = (*SINGLE_ENV_OPTION_KEYS, "reset_mask")
 
 
 class Cosmos3RolloutVectorEnv(VectorEnv):
@@ -110,14 +111,10 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         self._needs_reset[envs] = False
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
-        options = dict(options or {})
-        unknown = sorted(set(options) - set(OPTION_KEYS))
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {unknown}; allowed: {list(OPTION_KEYS)}")
+        options = checked_options(options, OPTION_KEYS)
         mask = np.asarray(options.pop("reset_mask", np.ones(self.num_envs, dtype=bool)), dtype=bool)
         if mask.shape != (self.num_envs,):
             raise ValueError(f"options['reset_mask'] has shape {mask.shape}; expected ({self.num_envs},)")
-        checked_options(options)
         if isinstance(seed, (list, tuple, np.ndarray)):
             if len(seed) != self.num_envs:
                 raise ValueError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs})")

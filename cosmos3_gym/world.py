@@ -47,7 +47,8 @@ class Scene:
 def sample_scene(rng: np.random.Generator, num_frames: int = 9, size: int = 32) -> Scene:
     """A random scene whose object stays inside the frame for ``num_frames`` frames."""
     direction = str(rng.choice(list(DIRECTIONS)))
-    half = SIZES[scale := str(rng.choice(list(SIZES)))]
+    scale = str(rng.choice(list(SIZES)))
+    half = SIZES[scale]
     speed = float(rng.uniform(1.5, 2.5))
     travel = speed * (num_frames - 1)
     dx, dy = DIRECTIONS[direction]
