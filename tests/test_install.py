@@ -3,7 +3,6 @@
 import os
 import site
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
