@@ -21,7 +21,7 @@ class Cosmos3RolloutEnv(gym.Env):
     (conditional and unconditional rows together), combines them with classifier-free
     guidance and takes one SDE step ``sigma_k -> sigma_{k+1}``
     (:func:`cosmos3_gym.sde.sde_step`), reporting the transition's log-prob. The defaults
-    run the embedded tiny model (random weights) on the CPU in seconds.
+    run the embedded tiny model (trained on :mod:`cosmos3_gym.world`) on the CPU in seconds.
 
     ## Action Space
 

@@ -56,7 +56,7 @@ class Cosmos3Generator:
     """Transformer, VAE, tokenizer and scheduler config of one checkpoint on one device.
 
     Load with :meth:`from_pretrained` (a local diffusers-layout directory, safetensors
-    only) or :meth:`embedded` (the tiny random-weight model shipped with the package).
+    only) or :meth:`embedded` (the tiny model shipped with the package).
     The components are held by a ``Cosmos3OmniPipeline`` (``self.pipeline``), whose prompt
     templates and token handling are reused verbatim; the transformer's attention
     processor is replaced by :class:`~cosmos3_gym.packing.PackedRowsAttnProcessor` so that
@@ -135,7 +135,7 @@ class Cosmos3Generator:
 
     @classmethod
     def embedded(cls, device=None, dtype=None) -> "Cosmos3Generator":
-        """The tiny model shipped in the package (random weights; see :mod:`cosmos3_gym.tiny_model`)."""
+        """The tiny model shipped in the package, trained on the procedural world (:mod:`cosmos3_gym.tiny_model`)."""
         return cls.from_pretrained(TINY_CHECKPOINT, device=device, dtype=dtype)
 
     def install_processors(self) -> None:
