@@ -211,6 +211,7 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     guidance_t = torch.full((num_envs,), guidance, device=device)
     sigma, sigma_next = engine.sigmas[:, k], engine.sigmas[:, k + 1]
 
+    @torch.no_grad()  # as the env's step runs (compiled code is specialised on the grad mode)
     def bare_step():
         from .sde import sde_step
 
