@@ -129,14 +129,18 @@ class RolloutEngine:
             self.history["latents"][slot, 0] = noise[0]
         self._packed_cache.clear()
 
+    def _pack_cfg_rows(self, requests):
+        """Pack ``(cond_ids, uncond_ids, fps)`` requests as rows in the order :meth:`cfg_velocity`
+        reads them back: the conditional row, then the unconditional one, per request."""
+        grid = self.latent_shape[1:]
+        return self.generator.pack([RowSpec(tuple(ids), *grid, fps)
+                                    for cond, uncond, fps in requests for ids in (cond, uncond)])
+
     def _packed(self, slots: list[int]):
         key = tuple(slots)
         if key not in self._packed_cache:
-            rows = []
-            for slot in slots:
-                for ids in (self.cond_ids[slot], self.uncond_ids[slot]):
-                    rows.append(RowSpec(ids, *self.latent_shape[1:], self.fps))
-            self._packed_cache = {key: self.generator.pack(rows)}
+            self._packed_cache = {key: self._pack_cfg_rows(
+                [(self.cond_ids[slot], self.uncond_ids[slot], self.fps) for slot in slots])}
         return self._packed_cache[key]
 
     def cfg_velocity(self, slots: list[int], latents: torch.Tensor, timesteps: list[float],
@@ -274,9 +278,7 @@ class RolloutEngine:
         if len(kinds) != 1:
             raise ValueError(f"trajectories mix SDE kinds {sorted(kinds)}; replay each kind separately")
         kind = kinds.pop()
-        shape = self.latent_shape[1:]
-        packed = self.generator.pack([RowSpec(tuple(ids), *shape, t.fps)
-                                      for t in batch for ids in (t.cond_ids, t.uncond_ids)])
+        packed = self._pack_cfg_rows([(t.cond_ids, t.uncond_ids, t.fps) for t in batch])
         latents = torch.stack([t.latents for t in batch]).to(self.device)  # [B, N+1, ...]
         sigmas = torch.stack([t.sigmas for t in batch]).to(self.device)
         timesteps = torch.stack([t.timesteps for t in batch])
