@@ -1,21 +1,28 @@
 # `make demo` and `make test` set everything up on a fresh machine (a virtual environment in .venv).
-# Without an NVIDIA GPU the CPU build of PyTorch is requested explicitly (TORCH_CPU); with one,
-# pip's default (CUDA) build comes in through the package's own requirement.
+# Without a working NVIDIA GPU the CPU build of PyTorch is asked for first: TORCH_CPU (PyTorch's
+# own "+cpu" wheel, found when pip sees PyTorch's CPU index), then TORCH_PLAIN (which some
+# indexes and wheel caches serve as a CPU build). If neither resolves, the package's own
+# requirement brings pip's default build: the pins are a preference, never a reason to fail.
+# With a GPU, pip's default (CUDA) build comes in through the package's requirement.
 VENV ?= .venv
 PYTHON ?= python3
 TORCH_CPU ?= torch==2.13.0+cpu
+TORCH_PLAIN ?= torch==2.13.0
 PY := $(VENV)/bin/python
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q "$(TORCH_CPU)"; fi
+	$(PY) -m pip install -q --upgrade pip || echo "pip upgrade failed; continuing with the venv's pip"
+	if nvidia-smi -L >/dev/null 2>&1; then echo "NVIDIA GPU found: pip's default torch"; \
+	else $(PY) -m pip install -q "$(TORCH_CPU)" || $(PY) -m pip install -q "$(TORCH_PLAIN)" || \
+	  echo "neither $(TORCH_CPU) nor $(TORCH_PLAIN) resolved; torch comes from pip's default"; fi
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
 .PHONY: demo test
+# --overwrite: a second `make demo` replaces out/demo.mp4 (the CLI refuses to by default).
 demo: $(VENV)/.installed
-	$(VENV)/bin/cosmos3-gym demo
+	$(VENV)/bin/cosmos3-gym demo --overwrite
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q tests

@@ -1,38 +1,70 @@
 """cosmos3_gym: NVIDIA Cosmos 3 as a Gymnasium reinforcement-learning environment.
 
 Importing the package registers one env id per preset in ``envs/`` (e.g.
-``"Cosmos3Rollout-v0"``), for ``gym.make`` and ``gym.make_vec``.
+``"Cosmos3Rollout-v0"``), for ``gym.make`` and ``gym.make_vec``. The ids are read from the
+TOML files and registered with entry-point strings, so ``import cosmos3_gym`` (and
+``cosmos3-gym --help``) does not import torch or diffusers; the public classes below are
+imported on first attribute access (PEP 562).
 """
+
+from importlib import import_module, resources
 
 import gymnasium as gym
 
-from .engine import RolloutEngine
-from .env import Cosmos3RolloutEnv
-from .generator import Cosmos3Generator
-from .presets import Preset, all_presets, load_preset
-from .sde import SDEStep, sde_step
-from .trajectory import Trajectory
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "Cosmos3Model": "model", "Cosmos3RolloutEnv": "env", "Preset": "presets", "load_preset": "presets",
+    "all_presets": "presets", "RolloutEngine": "engine", "SDEStep": "sde", "sde_step": "sde",
+    "Trajectory": "trajectory", "replay_log_probs": "transition",
+}
+
+
+def preset_tables() -> dict[str, dict]:
+    """The raw (unvalidated) TOML of each ``envs/*.toml`` (package data), by env id, in file-name order.
+
+    Reads TOML only, so that registering the ids and building the CLI's parser need no torch."""
+    folder = resources.files(__name__) / "envs"
+    files = sorted((p for p in folder.iterdir() if p.name.endswith(".toml")), key=lambda p: p.name)
+    tables = [tomllib.loads(p.read_text()) for p in files]
+    return {table["id"]: table for table in tables}
+
 
 def _register_presets() -> list[str]:
-    ids = []
-    for preset in all_presets():
-        if preset.id not in gym.registry:
+    ids = list(preset_tables())
+    for env_id in ids:
+        if env_id not in gym.registry:
             gym.register(
-                id=preset.id,
+                id=env_id,
                 entry_point="cosmos3_gym.env:Cosmos3RolloutEnv",
                 vector_entry_point="cosmos3_gym.vector_env:Cosmos3RolloutVectorEnv",
-                kwargs={"preset": preset.id},
+                kwargs={"preset": env_id},
             )
-        ids.append(preset.id)
     return ids
 
 
 ENV_IDS = _register_presets()
 
+
+def __getattr__(name: str):
+    """Import a public class or function on first use: torch loads only when it is needed."""
+    if name in _LAZY:
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
-    "ENV_IDS", "Cosmos3Generator", "Cosmos3RolloutEnv", "Preset", "RolloutEngine", "SDEStep", "Trajectory",
-    "load_preset", "sde_step",
+    "ENV_IDS", "Cosmos3Model", "Cosmos3RolloutEnv", "Preset", "RolloutEngine", "SDEStep", "Trajectory",
+    "__version__", "load_preset", "replay_log_probs", "sde_step",
 ]

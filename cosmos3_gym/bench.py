@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from .generator import Cosmos3Generator
+from .model import Cosmos3Model
 from .packing import PackedRows
 from .tiny_model import SCHEDULER_CONFIG, build_tiny_tokenizer
 
@@ -53,8 +53,8 @@ def _timed(fn, device, repeats: int = 1) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def random_generator(model: str, device="cuda", dtype=torch.bfloat16, compile: bool | None = None
-                     ) -> Cosmos3Generator:
+def random_model(model: str, device="cuda", dtype=torch.bfloat16, compile: bool | None = None
+                     ) -> Cosmos3Model:
     """A Cosmos 3 generator at a real size with random weights (normal(0, 0.02), like HF init)."""
     from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
 
@@ -72,7 +72,7 @@ def random_generator(model: str, device="cuda", dtype=torch.bfloat16, compile: b
         for name, parameter in transformer.named_parameters():
             if parameter.ndim >= 2:
                 parameter.normal_(0.0, 0.02)
-    return Cosmos3Generator.from_components(transformer, vae, tokenizer, UniPCMultistepScheduler(**SCHEDULER_CONFIG),
+    return Cosmos3Model.from_components(transformer, vae, tokenizer, UniPCMultistepScheduler(**SCHEDULER_CONFIG),
                                             device=device, dtype=dtype, compile=compile)
 
 
@@ -149,12 +149,12 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     peak = matmul_peak_tflops(device)
     print(f"matmul_peak_bf16: {peak:.0f} TFLOP/s (8192^3, measured now)")
     # Uncompiled until the pipeline has run: its baseline is the plain pipeline users run today.
-    generator = random_generator(model, device, torch.bfloat16 if on_gpu else torch.float32, compile=False)
-    transformer = generator.transformer
+    model = random_model(model, device, torch.bfloat16 if on_gpu else torch.float32, compile=False)
+    transformer = model.transformer
 
     # What users run today: the diffusers pipeline, once per sample, with its own attention processor.
     transformer.set_attn_processor(Cosmos3AttnProcessor())
-    pipe = generator.pipeline
+    pipe = model.pipeline
     pipe.set_progress_bar_config(disable=True)
 
     def pipeline_sample(i):
@@ -166,10 +166,10 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     pipe_seconds = sum(_timed(lambda: pipeline_sample(i), device) for i in tqdm(range(pipeline_samples),
                                                                                  desc="diffusers pipeline"))
     pipe_rate = pipeline_samples / pipe_seconds
-    empty_video = torch.zeros(1, 3, num_frames, height, width, device=device, dtype=generator.dtype)
+    empty_video = torch.zeros(1, 3, num_frames, height, width, device=device, dtype=model.dtype)
     encode = _timed(lambda: pipe._encode_video(empty_video), device, 2)
-    generator.compile = generator.attention == "flex"
-    generator.install_processors()
+    model.compile = model.attention == "flex"
+    model.install_processors()
 
     # Ours: one engine, all envs in one forward per step; latent-only like the pipeline's output_type="latent".
     venv = Cosmos3RolloutVectorEnv(num_envs, num_frames=num_frames, height=height, width=width,
@@ -206,8 +206,8 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     rows = [latent.unsqueeze(0) for latent in latents for _ in range(2)]
     k = num_steps // 2
     timesteps = [float(engine.timesteps[0, k])] * len(rows)
-    generator.velocity(packed, rows, timesteps)  # fills the text cache, as step 0 of an episode does
-    forward = _timed(lambda: generator.velocity(packed, rows, timesteps), device, 5)
+    model.velocity(packed, rows, timesteps)  # fills the text cache, as step 0 of an episode does
+    forward = _timed(lambda: model.velocity(packed, rows, timesteps), device, 5)
     guidance_t = torch.full((num_envs,), guidance, device=device)
     sigma, sigma_next = engine.sigmas[:, k], engine.sigmas[:, k + 1]
 
@@ -237,7 +237,7 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     tokens_per_row = (packed.und_len + sum(packed.gen_lengths)) / len(packed.rows)
     print(f"tokens per sample (cond row): {len(packed.rows[0].input_ids)} text + {packed.gen_lengths[0]} vision; "
           f"{len(packed.rows)} rows, {tokens_per_row:.0f} tokens per row incl. padding; attention "
-          f"{generator.attention}, compiled norms/MLPs {generator.compile}")
+          f"{model.attention}, compiled norms/MLPs {model.compile}")
     print(f"diffusers_pipeline: {pipe_rate:.3f} samples/s ({1 / pipe_rate:.3f} s per sample, of which "
           f"{encode:.3f} s is its VAE encode of the empty conditioning video)")
     print(f"cosmos3_gym_vector_env: {env_rate:.3f} samples/s ({env_seconds / episodes:.3f} s per {num_envs} samples)")

@@ -1,14 +1,26 @@
-"""`cosmos3-gym demo | rollout | check | bench`."""
+"""cosmos3-gym demo | rollout | check | bench | evaluate: the Cosmos 3 rollout env from the command line.
+
+Inputs, the device and output paths are checked before any model loads (exit code 2 on a bad
+one); existing outputs are kept unless --overwrite. demo, rollout, evaluate and bench --cpu run
+torch on 1 CPU thread unless --threads N or OMP_NUM_THREADS says otherwise.
+`cosmos3-gym COMMAND --help` lists a command's flags.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+from . import preset_tables
+
+LOG_PROB_NOTE = ("log_prob depends only on the step's sampled noise and its scale (sigma, noise_level), not on "
+                 "the predicted mean: at one seed it is the same for every prompt.")
 
 
 def _upscaled(frames: np.ndarray, min_side: int = 256) -> np.ndarray:
@@ -17,15 +29,20 @@ def _upscaled(frames: np.ndarray, min_side: int = 256) -> np.ndarray:
     return frames.repeat(factor, axis=1).repeat(factor, axis=2)
 
 
+def video_path(path: Path, num_frames: int) -> Path:
+    """The file :func:`write_video` writes for ``path``: a single frame becomes a ``.png``."""
+    path = Path(path)
+    return path.with_suffix(".png") if num_frames == 1 else path
+
+
 def write_video(path: Path, frames: np.ndarray, fps: float) -> Path:
     """Write uint8 ``[F, H, W, 3]`` with imageio: mp4 (ffmpeg) or gif for videos, png for one frame."""
     import imageio.v2 as imageio
 
-    path = Path(path)
+    path = video_path(path, len(frames))
     path.parent.mkdir(parents=True, exist_ok=True)
     frames = _upscaled(frames)
     if len(frames) == 1:
-        path = path.with_suffix(".png")
         imageio.imwrite(path, frames[0])
     elif path.suffix == ".gif":
         imageio.mimwrite(path, list(frames), duration=1000.0 / fps, loop=0)
@@ -36,17 +53,18 @@ def write_video(path: Path, frames: np.ndarray, fps: float) -> Path:
 
 def demo(args) -> int:
     import gymnasium as gym
+    import torch
     from tqdm import tqdm
 
     import cosmos3_gym  # noqa: F401
 
-    overrides = {"num_steps": args.steps} if args.steps else {}
+    overrides = {"num_steps": args.steps} if args.steps is not None else {}
     env = gym.make(args.env, device=args.device, **overrides)
     options = {"prompt": args.prompt} if args.prompt else None
     _, info = env.reset(seed=args.seed, options=options)
     print(f"env {args.env}  prompt {info['prompt']!r}  seed {info['seed']}")
     rows, seconds, terminated = [], [], False
-    with tqdm(total=env.unwrapped.engine.num_steps, desc="denoising", unit="step") as bar:
+    with tqdm(total=env.unwrapped.engine.num_steps, desc="denoising", unit="step", file=sys.stderr) as bar:
         while not terminated:
             start = time.perf_counter()
             _, reward, terminated, _, step_info = env.step(env.unwrapped.default_action)
@@ -58,8 +76,10 @@ def demo(args) -> int:
     for k, (row, sec) in enumerate(zip(rows, seconds)):
         print(f"{k:>4} {row['sigma']:>9.5f} {row['sigma_next']:>10.5f} {row['timestep']:>9.2f} "
               f"{row['log_prob']:>10.5f} {row['log_prob_sum']:>13.2f} {sec:>8.4f}")
+    print(LOG_PROB_NOTE)
     engine = env.unwrapped.engine
-    print(f"device {engine.device}, dtype {engine.generator.dtype}, attention {engine.generator.attention}; "
+    print(f"device {engine.device} ({torch.get_num_threads()} CPU threads), dtype {engine.model.dtype}, "
+          f"attention {engine.model.attention}; "
           f"median seconds per step {np.median(seconds):.4f} (step 0 computes the prompt tokens and, on a GPU, "
           f"compiles the attention kernels; the last step also decodes the video)")
     path = write_video(Path(args.out), step_info["frames"], env.unwrapped.preset.fps / 3)
@@ -78,8 +98,7 @@ def rollout(args) -> int:
 
     env = gym.make(args.env, device=args.device)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for episode in tqdm(range(args.episodes), desc="episodes"):
+    for episode in tqdm(range(args.episodes), desc="episodes", file=sys.stderr):
         env.reset(seed=args.seed + episode)
         terminated = False
         while not terminated:
@@ -135,59 +154,179 @@ def evaluate(args) -> int:
     text = report(result)
     print(text)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="cosmos3-gym", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (0 or a negative count used to be ignored or run silently)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; use an integer >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is invalid; use an integer >= 1")
+    return value
+
+
+def _prompt(text: str) -> str:
+    """argparse type: a non-blank prompt (an empty one used to fall back to a preset prompt unnoticed)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty; pass a non-blank prompt, or omit --prompt to draw "
+                                         "one of the preset's prompts")
+    return text
+
+
+def _check_folder(parser, flag: str, folder: Path) -> None:
+    """Create ``folder`` and prove it writable now, so that a bad path fails before the episode runs."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        parser.error(f"argument {flag}: cannot write to folder {str(folder)!r} ({error.strerror or error}); "
+                     f"choose a writable path")
+
+
+def _check_file(parser, flag: str, path: Path, overwrite: bool) -> None:
+    """``path`` (the file that will actually be written) must be new unless --overwrite, in a writable folder."""
+    if path.is_dir():
+        parser.error(f"argument {flag}: {str(path)!r} is a directory; pass a file path")
+    if path.exists() and not overwrite:
+        parser.error(f"argument {flag}: {str(path)!r} exists; pass --overwrite to replace it, or choose another path")
+    _check_folder(parser, flag, path.parent)
+
+
+def _check_outputs(parser, args) -> None:
+    if args.command == "demo":
+        num_frames = preset_tables()[args.env].get("num_frames", 9)
+        _check_file(parser, "--out", video_path(Path(args.out), num_frames), args.overwrite)
+        if args.trajectory:
+            _check_file(parser, "--trajectory", Path(args.trajectory), args.overwrite)
+    elif args.command == "rollout":
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            parser.error(f"argument --out: {args.out!r} is a file; rollout writes a folder of trajectories")
+        existing = [out / f"episode_{k:04d}.safetensors" for k in range(args.episodes)]
+        existing = [p for p in existing if p.exists()]
+        if existing and not args.overwrite:
+            parser.error(f"argument --out: {len(existing)} of the {args.episodes} trajectory files exist in "
+                         f"{args.out!r} (e.g. {existing[0].name}); pass --overwrite to replace them, or choose "
+                         "another folder")
+        _check_folder(parser, "--out", out)
+    elif args.command == "evaluate" and args.out:
+        _check_file(parser, "--out", Path(args.out), args.overwrite)
+
+
+def _check_device(parser, args) -> None:
+    """Resolve --device (default: cuda if available) and refuse one torch cannot use, before any model loads."""
+    import torch
+
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+        return
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        parser.error(f"argument --device: {args.device!r} is not a torch device; use cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"argument --device: {args.device!r} was requested but no CUDA device is available "
+                     "(torch.cuda.is_available() is False); use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        parser.error(f"argument --device: {args.device!r}: there are only {torch.cuda.device_count()} CUDA "
+                     f"device(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+
+
+THREADS_HELP = ("torch's CPU threads (default: 1 when running on the CPU, unless OMP_NUM_THREADS is set; "
+                "the tiny model's ops are too small to use more, and spare threads spin against other "
+                "processes: a demo step went from 6 ms to 1.46 s on a busy 2-core machine)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env_ids = list(preset_tables())
+    env_help = "env id, one per envs/*.toml: " + ", ".join(env_ids) + " (default: %(default)s)"
+    parser = argparse.ArgumentParser(prog="cosmos3-gym", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p, device=True, threads=True, overwrite=True):
+        p.add_argument("--env", default="Cosmos3Rollout-v0", choices=env_ids, metavar="ENV_ID", help=env_help)
+        if device:
+            p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
+        if threads:
+            p.add_argument("--threads", type=_positive_int, default=None, metavar="N", help=THREADS_HELP)
+        if overwrite:
+            p.add_argument("--overwrite", action="store_true", help="replace existing output files "
+                           "(default: refuse, before anything runs)")
 
     p = sub.add_parser("demo", help="run one episode, print per-step log-probs, write the video")
-    p.add_argument("--env", default="Cosmos3Rollout-v0")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--prompt", default=None)
-    p.add_argument("--steps", type=int, default=None, help="override the preset's num_steps")
-    p.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
-    p.add_argument("--out", default="out/demo.mp4")
-    p.add_argument("--trajectory", default=None, help="also save the trajectory (.safetensors)")
+    common(p)
+    p.add_argument("--seed", type=int, default=0, help="the episode's seed (default: %(default)s)")
+    p.add_argument("--prompt", type=_prompt, default=None, help="the prompt (default: one of the preset's)")
+    p.add_argument("--steps", type=_positive_int, default=None, help="denoising steps, >= 1 (default: the preset's "
+                   "num_steps)")
+    p.add_argument("--out", default="out/demo.mp4", help="the video (.mp4 or .gif; a one-frame env writes a .png "
+                   "of the same name) (default: %(default)s)")
+    p.add_argument("--trajectory", default=None, help="also save the trajectory here (.safetensors)")
     p.set_defaults(func=demo)
 
     p = sub.add_parser("rollout", help="run episodes and save their trajectories")
-    p.add_argument("--env", default="Cosmos3Rollout-v0")
-    p.add_argument("--episodes", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
-    p.add_argument("--out", default="out/trajectories")
+    common(p)
+    p.add_argument("--episodes", type=_positive_int, default=4, help="episodes, >= 1 (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of episode 0; episode k uses seed + k "
+                   "(default: %(default)s)")
+    p.add_argument("--out", default="out/trajectories", help="folder for episode_NNNN.safetensors "
+                   "(default: %(default)s)")
     p.set_defaults(func=rollout)
 
     p = sub.add_parser("check", help="run Gymnasium's and SB3's env checkers on every env id")
     p.set_defaults(func=check)
 
-    p = sub.add_parser("bench", help="samples/s of the vector env against the usual alternative, side by side")
+    p = sub.add_parser("bench", help="samples/s of the vector env against diffusers' pipeline (GPU) or "
+                       "SyncVectorEnv (--cpu)")
     p.add_argument("--cpu", action="store_true", help="embedded model on the CPU, against SyncVectorEnv")
-    p.add_argument("--env", default="Cosmos3Rollout-v0", help="env id for --cpu")
-    p.add_argument("--model", choices=["edge", "nano"], default="edge", help="GPU: random weights at this size")
-    p.add_argument("--num-envs", type=int, default=16)
-    p.add_argument("--height", type=int, default=480)
-    p.add_argument("--width", type=int, default=832)
-    p.add_argument("--frames", type=int, default=21)
-    p.add_argument("--steps", type=int, default=None, help="denoising steps (default 10 on GPU, 8 with --cpu)")
-    p.add_argument("--guidance", type=float, default=6.0)
-    p.add_argument("--pipeline-samples", type=int, default=4, help="GPU: timed diffusers pipeline calls")
-    p.add_argument("--episodes", type=int, default=2, help="timed episodes of the vector env")
+    common(p, device=False, overwrite=False)
+    p.add_argument("--model", choices=["edge", "nano"], default="edge", help="GPU: random weights at this size "
+                   "(default: %(default)s)")
+    p.add_argument("--num-envs", type=_positive_int, default=16, help="envs stepped together (default: %(default)s)")
+    p.add_argument("--height", type=_positive_int, default=480, help="GPU: pixels (default: %(default)s)")
+    p.add_argument("--width", type=_positive_int, default=832, help="GPU: pixels (default: %(default)s)")
+    p.add_argument("--frames", type=_positive_int, default=21, help="GPU: video frames (default: %(default)s)")
+    p.add_argument("--steps", type=_positive_int, default=None, help="denoising steps (default 10 on GPU, 8 with "
+                   "--cpu)")
+    p.add_argument("--guidance", type=float, default=6.0, help="GPU: guidance scale (default: %(default)s)")
+    p.add_argument("--pipeline-samples", type=_positive_int, default=4, help="GPU: timed diffusers pipeline calls "
+                   "(default: %(default)s)")
+    p.add_argument("--episodes", type=_positive_int, default=2, help="timed episodes of the vector env "
+                   "(default: %(default)s)")
     p.set_defaults(func=bench)
 
-    p = sub.add_parser("evaluate", help="colour and direction accuracy of generated videos (world captions)")
-    p.add_argument("--env", default="Cosmos3Rollout-v0")
-    p.add_argument("--samples", type=int, default=128)
-    p.add_argument("--seed", type=int, default=2024)
-    p.add_argument("--device", default=None)
+    p = sub.add_parser("evaluate", help="colour and direction accuracy of generated videos for the world's "
+                       "captions, read back with its detector")
+    common(p)
+    p.add_argument("--samples", type=_positive_int, default=128, help="generated videos (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=2024, help="seed of the captions and of the episodes "
+                   "(default: %(default)s)")
     p.add_argument("--out", default=None, help="also write the report to this file")
     p.set_defaults(func=evaluate)
+    parser.commands = sub.choices
+    return parser
 
+
+def main(argv=None) -> int:
+    """Parse, check every input and output path (exit 2 on a bad one), set torch's threads, run the command."""
+    from .threads import configure_threads
+
+    parser = build_parser()
     args = parser.parse_args(argv)
+    command_parser = parser.commands[args.command]  # its errors start "cosmos3-gym demo: error:"
+    if hasattr(args, "device"):
+        _check_device(command_parser, args)
+    _check_outputs(command_parser, args)  # after the device check: it creates the output folders
+    if args.command == "bench":
+        configure_threads(args.threads, "cpu" if args.cpu else "cuda")
+    elif hasattr(args, "threads"):
+        configure_threads(args.threads, args.device)
     return args.func(args)
 
 

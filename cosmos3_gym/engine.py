@@ -1,47 +1,110 @@
 """RolloutEngine: B request slots advanced together, one transformer forward per step.
 
-Each slot is one episode: its own ``torch.Generator`` (the only randomness of the
-episode), prompt tokens, sigma grid and step index. :meth:`RolloutEngine.step` packs the
-conditional and unconditional rows of every stepping slot into one forward, combines them
-with classifier-free guidance, and takes one :func:`~cosmos3_gym.sde.sde_step` per slot.
-Slot ``i``'s result depends only on its own seed and actions, never on its neighbours.
+Each slot holds one :class:`Episode`: its own ``torch.Generator`` (the only randomness of
+the episode), prompt tokens, sigma grid, step index and history. :meth:`RolloutEngine.step`
+packs the conditional and unconditional rows of every stepping slot into one forward and
+takes one :func:`~cosmos3_gym.transition.transition` per slot. Slot ``i``'s result depends
+only on its own seed and actions, never on its neighbours.
+
+Every public call validates first and changes state last: :meth:`~RolloutEngine.prepare_step`
+and :meth:`~RolloutEngine.prepare_reset` compute without touching any slot, and
+:meth:`~RolloutEngine.commit` installs their result. A call that raises (bad input, a
+forward that throws, Ctrl-C) leaves every slot exactly as it was.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
 
-from .generator import Cosmos3Generator
-from .packing import RowSpec
+from .model import Cosmos3Model
 from .schedule import SigmaGrid
-from .sde import KINDS, sde_step
+from .sde import KINDS
+from .transition import pack_cfg_rows, replay_log_probs, transition
 from .trajectory import Trajectory
+
+SEED_RANGE = (0, 2**63 - 1)
+
+
+def checked_seed(seed, name: str = "seed") -> int:
+    """``seed`` as an int in :data:`SEED_RANGE`, or ``ValueError`` naming it."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"{name}={seed!r} is not an integer; pass an int in [0, 2**63 - 1] or None")
+    if not SEED_RANGE[0] <= int(seed) <= SEED_RANGE[1]:
+        raise ValueError(f"{name}={seed} is out of range; seeds lie in [0, 2**63 - 1]")
+    return int(seed)
+
+
+def _fork_rng(rng: torch.Generator) -> torch.Generator:
+    """A new generator in the same state (drawing from it leaves ``rng`` untouched)."""
+    copy = torch.Generator(device=rng.device)
+    copy.set_state(rng.get_state())
+    return copy
 
 
 @dataclass
-class StepResult:
-    """What one :meth:`RolloutEngine.step` produced for the slots it advanced (``slots``)."""
+class Episode:
+    """Everything one slot's episode holds. ``latents[step]`` is the current latent."""
+
+    seed: int
+    prompt: str
+    negative_prompt: str
+    cond_ids: tuple[int, ...]
+    uncond_ids: tuple[int, ...]
+    sigmas: torch.Tensor  # [N+1]
+    timesteps: torch.Tensor  # [N+1]
+    rng: torch.Generator
+    step: int
+    latents: torch.Tensor  # [N+1, C, T, H, W]
+    x0_pred: torch.Tensor  # [C, T, H, W] the last step's x0-prediction (the noise before step 0)
+    noises: torch.Tensor  # [N, C, T, H, W]
+    log_probs: torch.Tensor  # [N]
+    log_prob_sums: torch.Tensor  # [N]
+    guidance_scales: torch.Tensor  # [N]
+    noise_levels: torch.Tensor  # [N]
+    weights_versions: torch.Tensor  # [N] int64, the model version each step ran with
+
+    @property
+    def latent(self) -> torch.Tensor:
+        return self.latents[self.step]
+
+    def copy(self) -> "Episode":
+        """A deep copy (tensors cloned, generator state copied)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+        values["rng"] = _fork_rng(self.rng)
+        return Episode(**values)
+
+
+@dataclass
+class Transition:
+    """What :meth:`RolloutEngine.prepare_step` computed for ``slots``; nothing is installed yet."""
 
     slots: list[int]
     latents: torch.Tensor  # [b, C, T, H, W] the new latents
+    x0_pred: torch.Tensor  # [b, C, T, H, W]
+    noise: torch.Tensor  # [b, C, T, H, W]
     log_prob: torch.Tensor  # [b] mean convention
     log_prob_sum: torch.Tensor  # [b]
+    deterministic: torch.Tensor  # [b] bool
     sigma: torch.Tensor  # [b]
     sigma_next: torch.Tensor  # [b]
     timestep: torch.Tensor  # [b]
+    guidance: torch.Tensor  # [b]
+    noise_level: torch.Tensor  # [b]
+    weights_version: int
+    rngs: list[torch.Generator]  # the slots' generators after their draws
     finite: torch.Tensor  # [b] bool, False where the new latent holds NaN/Inf
-    done: torch.Tensor  # [b] bool, True where the slot has taken its last step
+    done: torch.Tensor  # [b] bool, True where the slot takes its last step (or turned non-finite)
 
 
 class RolloutEngine:
-    """B slots of one request shape (frames, height, width, fps) on one generator.
+    """B slots of one request shape (frames, height, width, fps) on one :class:`Cosmos3Model`.
 
     Args:
-        generator: the :class:`~cosmos3_gym.generator.Cosmos3Generator` to run.
+        model: the :class:`~cosmos3_gym.model.Cosmos3Model` to run (may be shared).
         num_slots: B.
         num_frames, height, width, fps: the request shape (pixels), shared by all slots.
         grid: the default :class:`~cosmos3_gym.schedule.SigmaGrid` of an episode.
@@ -49,276 +112,229 @@ class RolloutEngine:
         max_prompt_tokens: token budget of a tokenized prompt (templates included).
     """
 
-    def __init__(self, generator: Cosmos3Generator, num_slots: int, *, num_frames: int, height: int, width: int,
+    def __init__(self, model: Cosmos3Model, num_slots: int, *, num_frames: int, height: int, width: int,
                  fps: float, grid: SigmaGrid, kind: str = "sde", max_prompt_tokens: int = 1024):
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r} is not supported; choose one of {KINDS}")
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-        self.generator = generator
-        self.device = generator.device
+        if not isinstance(num_slots, int) or num_slots < 1:
+            raise ValueError(f"num_envs={num_slots!r} is invalid; use an integer >= 1")
+        self.model = model
+        self.device = model.device
         self.num_slots = num_slots
         self.num_frames, self.height, self.width, self.fps = num_frames, height, width, float(fps)
-        self.latent_shape = generator.latent_shape(num_frames, height, width)
+        self.latent_shape = model.latent_shape(num_frames, height, width)
         self.grid = grid
         self.kind = kind
         self.max_prompt_tokens = max_prompt_tokens
-        self.weights_version = 0
-        n, shape = grid.num_steps, self.latent_shape
-        self.rngs = [torch.Generator(device=self.device) for _ in range(num_slots)]
-        self.latents = torch.zeros((num_slots, *shape), device=self.device)
-        self.x0_pred = torch.zeros_like(self.latents)
-        self.steps = [0] * num_slots
-        self.seeds: list[int | None] = [None] * num_slots
-        self.prompts = [""] * num_slots
-        self.negative_prompts = [""] * num_slots
-        self.cond_ids: list[tuple[int, ...]] = [()] * num_slots
-        self.uncond_ids: list[tuple[int, ...]] = [()] * num_slots
-        self.sigmas = grid.sigmas.to(self.device).repeat(num_slots, 1)
-        self.timesteps = grid.timesteps.to(self.device).repeat(num_slots, 1)
-        self.history = {
-            "latents": torch.zeros((num_slots, n + 1, *shape), device=self.device),
-            "noises": torch.zeros((num_slots, n, *shape), device=self.device),
-            "log_probs": torch.full((num_slots, n), float("nan"), device=self.device),
-            "log_prob_sums": torch.full((num_slots, n), float("nan"), device=self.device),
-            "guidance_scales": torch.zeros((num_slots, n), device=self.device),
-            "noise_levels": torch.zeros((num_slots, n), device=self.device),
-        }
-        self._packed_cache: dict = {}
+        self.episodes: list[Episode | None] = [None] * num_slots
+        self._packed = (None, None)  # (requests, PackedRows) of the last stepped slot set
 
     @property
     def num_steps(self) -> int:
-        return self.sigmas.shape[1] - 1
+        return self.grid.num_steps
 
-    # --- episodes -------------------------------------------------------------------
-    def reset_slots(self, slots: list[int], seeds: list[int], prompts: list[str], negative_prompts: list[str],
-                    grid: SigmaGrid | None = None) -> None:
-        """Start a new episode in each of ``slots``: seed, tokenize, draw the initial latent."""
+    @property
+    def weights_version(self) -> int:
+        return self.model.weights_version
+
+    def episode(self, slot: int) -> Episode:
+        episode = self.episodes[slot]
+        if episode is None:
+            raise RuntimeError(f"slot {slot} has no episode; reset it first")
+        return episode
+
+    # --- reset ----------------------------------------------------------------------
+    def prepare_reset(self, slots: list[int], seeds: list[int], prompts: list[str], negative_prompts: list[str],
+                      grid: SigmaGrid | None = None) -> list[Episode]:
+        """New episodes for ``slots`` (validated, tokenized, initial latent drawn); installs nothing."""
         grid = grid or self.grid
         if grid.num_steps != self.num_steps:
             raise ValueError(f"grid has {grid.num_steps} steps; this engine runs {self.num_steps}")
-        tokens = []
+        if not len(slots) == len(seeds) == len(prompts) == len(negative_prompts):
+            raise ValueError(f"{len(slots)} slots need as many seeds, prompts and negative prompts "
+                             f"(got {len(seeds)}, {len(prompts)}, {len(negative_prompts)})")
+        seeds = [checked_seed(seed) for seed in seeds]
         for name, texts in (("prompt", prompts), ("negative_prompt", negative_prompts)):
             for text in texts:
                 if not isinstance(text, str):
                     raise ValueError(f"{name} must be a str, got {type(text).__name__}: {text!r}")
-        for prompt, negative in zip(prompts, negative_prompts, strict=True):
-            cond, uncond = self.generator.tokenize(prompt, negative, self.num_frames, self.height, self.width, self.fps)
+        n, shape, device = self.num_steps, self.latent_shape, self.device
+        episodes = []
+        for seed, prompt, negative in zip(seeds, prompts, negative_prompts):
+            cond, uncond = self.model.tokenize(prompt, negative, self.num_frames, self.height, self.width, self.fps)
             for name, text, ids in (("prompt", prompt, cond), ("negative_prompt", negative, uncond)):
                 if len(ids) > self.max_prompt_tokens:
                     raise ValueError(f"{name} {text[:40]!r}... is {len(ids)} tokens with its templates; "
                                      f"the budget is max_prompt_tokens={self.max_prompt_tokens}")
-            tokens.append((tuple(cond), tuple(uncond)))
-        for slot, seed, prompt, negative, (cond, uncond) in zip(slots, seeds, prompts, negative_prompts, tokens,
-                                                                  strict=True):
-            self.rngs[slot].manual_seed(int(seed))
+            rng = torch.Generator(device=device).manual_seed(seed)
             # Drawn exactly as Cosmos3OmniPipeline.prepare_latents draws x(sigma_0) from its generator.
-            noise = torch.randn((1, *self.latent_shape), generator=self.rngs[slot], device=self.device)
-            self.latents[slot] = noise[0]
-            self.x0_pred[slot] = noise[0]
-            self.steps[slot] = 0
-            self.seeds[slot] = int(seed)
-            self.prompts[slot], self.negative_prompts[slot] = prompt, negative
-            self.cond_ids[slot], self.uncond_ids[slot] = cond, uncond
-            self.sigmas[slot] = grid.sigmas.to(self.device)
-            self.timesteps[slot] = grid.timesteps.to(self.device)
-            for buffer in self.history.values():
-                buffer[slot].zero_()
-            self.history["log_probs"][slot] = float("nan")
-            self.history["log_prob_sums"][slot] = float("nan")
-            self.history["latents"][slot, 0] = noise[0]
-        self._packed_cache.clear()
+            noise = torch.randn((1, *shape), generator=rng, device=device)[0]
+            latents = torch.zeros((n + 1, *shape), device=device)
+            latents[0] = noise
+            episodes.append(Episode(
+                seed=seed, prompt=prompt, negative_prompt=negative, cond_ids=tuple(cond), uncond_ids=tuple(uncond),
+                sigmas=grid.sigmas.to(device).clone(), timesteps=grid.timesteps.to(device).clone(), rng=rng, step=0,
+                latents=latents, x0_pred=noise.clone(), noises=torch.zeros((n, *shape), device=device),
+                log_probs=torch.zeros(n, device=device), log_prob_sums=torch.zeros(n, device=device),
+                guidance_scales=torch.zeros(n, device=device), noise_levels=torch.zeros(n, device=device),
+                weights_versions=torch.full((n,), -1, dtype=torch.long, device=device),
+            ))
+        return episodes
 
-    def _pack_cfg_rows(self, requests):
-        """Pack ``(cond_ids, uncond_ids, fps)`` requests as rows in the order :meth:`cfg_velocity`
-        reads them back: the conditional row, then the unconditional one, per request."""
-        grid = self.latent_shape[1:]
-        return self.generator.pack([RowSpec(tuple(ids), *grid, fps)
-                                    for cond, uncond, fps in requests for ids in (cond, uncond)])
+    def reset_slots(self, slots: list[int], seeds: list[int], prompts: list[str], negative_prompts: list[str],
+                    grid: SigmaGrid | None = None) -> None:
+        """Start a new episode in each of ``slots``: seed, tokenize, draw the initial latent."""
+        self.commit(resets=dict(zip(slots, self.prepare_reset(slots, seeds, prompts, negative_prompts, grid))))
 
-    def _packed(self, slots: list[int]):
-        key = tuple(slots)
-        if key not in self._packed_cache:
-            self._packed_cache = {key: self._pack_cfg_rows(
-                [(self.cond_ids[slot], self.uncond_ids[slot], self.fps) for slot in slots])}
-        return self._packed_cache[key]
+    # --- step -----------------------------------------------------------------------
+    def _packed_for(self, episodes: list[Episode]):
+        requests = tuple((e.cond_ids, e.uncond_ids, self.fps) for e in episodes)
+        if self._packed[0] != requests:
+            self._packed = (requests, pack_cfg_rows(self.model, requests, self.latent_shape))
+        return self._packed[1]
 
-    def cfg_velocity(self, slots: list[int], latents: torch.Tensor, timesteps: list[float],
-                     guidance: torch.Tensor, packed=None) -> torch.Tensor:
-        """CFG velocity ``u + g (c - u)`` in fp32 for ``latents[j]`` of slot ``slots[j]``, one forward
-        (autograd as the caller set it)."""
-        packed = packed or self._packed(slots)
-        rows_latents = [latent.unsqueeze(0) for latent in latents for _ in range(2)]
-        rows_timesteps = [t for t in timesteps for _ in range(2)]
-        velocities = self.generator.forward_rows(packed, rows_latents, rows_timesteps)
-        cond, uncond = torch.stack(velocities[0::2]), torch.stack(velocities[1::2])
-        g = guidance.float().to(self.device).view(-1, *([1] * (cond.ndim - 1)))
-        return uncond + g * (cond - uncond)
+    def prepare_step(self, slots: list[int], guidance: torch.Tensor, noise_level: torch.Tensor,
+                     noise: torch.Tensor | None = None, episodes: dict[int, Episode] | None = None) -> Transition:
+        """Compute one step of ``slots`` (noise from their generators unless ``noise`` [b, C, T, H, W]
+        is given) without installing it; ``episodes`` overrides slots' episodes (pending resets)."""
+        current = [(episodes or {}).get(s) or self.episode(s) for s in slots]
+        for slot, episode in zip(slots, current):
+            if episode.step >= self.num_steps:
+                raise RuntimeError(f"slot {slot} has finished its episode; reset it before stepping")
+        k = torch.tensor([e.step for e in current], device=self.device)
+        sigmas = torch.stack([e.sigmas for e in current])
+        rows = torch.arange(len(current), device=self.device)
+        sigma, sigma_next, sigma_max = sigmas[rows, k], sigmas[rows, k + 1], sigmas[:, 1]
+        timestep = torch.stack([e.timesteps[e.step] for e in current])
+        x = torch.stack([e.latent for e in current])
+        guidance = guidance.float().to(self.device)
+        noise_level = noise_level.float().to(self.device)
+        rngs = [_fork_rng(e.rng) for e in current]
+        if noise is None:
+            noise = torch.stack([torch.randn(self.latent_shape, generator=rng, device=self.device) for rng in rngs])
+        noise = noise.float().to(self.device)
+        version = self.model.weights_version
+        out, velocity = transition(self.model, self._packed_for(current), x, timestep.tolist(), guidance, sigma,
+                                   sigma_next, noise_level, sigma_max, self.kind, noise=noise)
+        finite = torch.isfinite(out.next_sample).flatten(1).all(dim=1)
+        last = torch.tensor([e.step + 1 >= self.num_steps for e in current], device=self.device)
+        return Transition(
+            slots=list(slots), latents=out.next_sample, x0_pred=x - sigma.view(-1, 1, 1, 1, 1) * velocity,
+            noise=noise, log_prob=out.log_prob, log_prob_sum=out.log_prob_sum, deterministic=out.deterministic,
+            sigma=sigma, sigma_next=sigma_next, timestep=timestep, guidance=guidance, noise_level=noise_level,
+            weights_version=version, rngs=rngs, finite=finite, done=last | ~finite,
+        )
 
     @torch.no_grad()
     def step(self, slots: list[int], guidance: torch.Tensor, noise_level: torch.Tensor,
-             noise: torch.Tensor | None = None) -> StepResult:
-        """Advance ``slots`` by one step. ``noise`` [b, C, T, H, W] overrides the slots' own draws."""
-        for slot in slots:
-            if self.steps[slot] >= self.num_steps:
-                raise RuntimeError(f"slot {slot} has finished its episode; reset it before stepping")
-        index = torch.tensor(slots, device=self.device)
-        k = torch.tensor([self.steps[s] for s in slots], device=self.device)
-        sigma, sigma_next = self.sigmas[index, k], self.sigmas[index, k + 1]
-        timestep = self.timesteps[index, k]
-        x = self.latents[index]
-        guidance = guidance.float().to(self.device)
-        noise_level = noise_level.float().to(self.device)
-        v = self.cfg_velocity(slots, x, timestep.tolist(), guidance)
-        if noise is None:
-            noise = torch.stack([
-                torch.randn(self.latent_shape, generator=self.rngs[s], device=self.device) for s in slots
-            ])
-        out = sde_step(v, x, sigma, sigma_next, kind=self.kind, noise_level=noise_level,
-                       sigma_max=self.sigmas[index, 1], noise=noise.to(self.device))
-        finite = torch.isfinite(out.next_sample).flatten(1).all(dim=1)
-        self.latents[index] = out.next_sample
-        self.x0_pred[index] = x - sigma.view(-1, 1, 1, 1, 1) * v
-        h = self.history
-        h["latents"][index, k + 1] = out.next_sample
-        h["noises"][index, k] = noise.float().to(self.device)
-        h["log_probs"][index, k] = out.log_prob
-        h["log_prob_sums"][index, k] = out.log_prob_sum
-        h["guidance_scales"][index, k] = guidance
-        h["noise_levels"][index, k] = noise_level
-        for slot in slots:
-            self.steps[slot] += 1
-        done = torch.tensor([self.steps[s] >= self.num_steps for s in slots], device=self.device)
-        return StepResult(slots, out.next_sample, out.log_prob, out.log_prob_sum, sigma, sigma_next, timestep,
-                          finite, done | ~finite)
+             noise: torch.Tensor | None = None) -> Transition:
+        """Advance ``slots`` by one step (prepare, then commit)."""
+        result = self.prepare_step(slots, guidance, noise_level, noise)
+        self.commit(result)
+        return result
 
+    def commit(self, transition: Transition | None = None, resets: dict[int, Episode] | None = None) -> None:
+        """Install a prepared step and/or prepared episodes. Resets replace slots whole; a
+        step's rows land in each episode's history before its step index moves, so an
+        interrupted commit leaves every slot at a consistent step."""
+        resets = resets or {}
+        if transition is not None:
+            for j, slot in enumerate(transition.slots):
+                episode = resets.get(slot) or self.episode(slot)
+                k = episode.step
+                episode.latents[k + 1] = transition.latents[j]
+                episode.noises[k] = transition.noise[j]
+                episode.log_probs[k] = transition.log_prob[j]
+                episode.log_prob_sums[k] = transition.log_prob_sum[j]
+                episode.guidance_scales[k] = transition.guidance[j]
+                episode.noise_levels[k] = transition.noise_level[j]
+                episode.weights_versions[k] = transition.weights_version
+                episode.x0_pred = transition.x0_pred[j].clone()
+                episode.rng, episode.step = transition.rngs[j], k + 1
+        for slot, episode in resets.items():
+            self.episodes[slot] = episode
+
+    # --- outputs --------------------------------------------------------------------
     def decode(self, slots: list[int], x0: bool = False) -> np.ndarray:
         """uint8 frames ``[b, F, H, W, 3]`` of the slots' current latents (or x0-predictions)."""
-        source = self.x0_pred if x0 else self.latents
-        return self.generator.decode(source[torch.tensor(slots, device=self.device)])
+        episodes = [self.episode(s) for s in slots]
+        return self.model.decode(torch.stack([e.x0_pred if x0 else e.latent for e in episodes]))
 
-    def trajectory(self, slot: int) -> Trajectory:
+    def trajectory(self, slot: int, episode: Episode | None = None) -> Trajectory:
         """The episode of ``slot`` so far (the full trajectory once it has taken its last step)."""
-        k = self.steps[slot]
-        h = {name: buffer[slot].detach().cpu().clone() for name, buffer in self.history.items()}
+        e = episode or self.episode(slot)
+        k = e.step
+
+        def host(tensor):
+            return tensor.detach().cpu().clone()
+
         return Trajectory(
-            latents=h["latents"][: k + 1], log_probs=h["log_probs"][:k], log_prob_sums=h["log_prob_sums"][:k],
-            sigmas=self.sigmas[slot].cpu().clone(), timesteps=self.timesteps[slot].cpu().clone(),
-            guidance_scales=h["guidance_scales"][:k], noise_levels=h["noise_levels"][:k], noises=h["noises"][:k],
-            seed=self.seeds[slot], prompt=self.prompts[slot], negative_prompt=self.negative_prompts[slot],
-            cond_ids=list(self.cond_ids[slot]), uncond_ids=list(self.uncond_ids[slot]), kind=self.kind,
-            num_frames=self.num_frames, height=self.height, width=self.width, fps=self.fps,
-            weights_version=self.weights_version,
+            latents=host(e.latents[: k + 1]), log_probs=host(e.log_probs[:k]), log_prob_sums=host(e.log_prob_sums[:k]),
+            sigmas=host(e.sigmas), timesteps=host(e.timesteps), guidance_scales=host(e.guidance_scales[:k]),
+            noise_levels=host(e.noise_levels[:k]), noises=host(e.noises[:k]),
+            weights_versions=host(e.weights_versions[:k]), seed=e.seed, prompt=e.prompt,
+            negative_prompt=e.negative_prompt, cond_ids=list(e.cond_ids), uncond_ids=list(e.uncond_ids),
+            kind=self.kind, num_frames=self.num_frames, height=self.height, width=self.width, fps=self.fps,
         )
 
     # --- state ----------------------------------------------------------------------
-    _SLOT_LISTS = ("steps", "seeds", "prompts", "negative_prompts", "cond_ids", "uncond_ids")
-    _SLOT_TENSORS = ("latents", "x0_pred", "sigmas", "timesteps")
-
     def get_state(self) -> dict:
-        """A deep copy of every slot's episode (latents, generator states, step, grid, tokens, history)."""
-        state = {name: copy.deepcopy(getattr(self, name)) for name in self._SLOT_LISTS}
-        state.update({name: getattr(self, name).clone() for name in self._SLOT_TENSORS})
-        state["history"] = {name: buffer.clone() for name, buffer in self.history.items()}
-        state["rng_states"] = [rng.get_state() for rng in self.rngs]
-        state["weights_version"] = self.weights_version
-        return state
+        """A deep copy of every slot's episode (latents, generator state, step, grid, tokens, history)."""
+        return {"episodes": [None if e is None else e.copy() for e in self.episodes],
+                "latent_shape": tuple(self.latent_shape), "num_steps": self.num_steps, "kind": self.kind}
 
     def set_state(self, state: dict) -> None:
-        """Restore a :meth:`get_state` snapshot exactly."""
-        if len(state["rng_states"]) != self.num_slots:
-            raise ValueError(f"state holds {len(state['rng_states'])} slots; this engine has {self.num_slots}")
-        for name in self._SLOT_LISTS:
-            setattr(self, name, copy.deepcopy(state[name]))
-        for name in self._SLOT_TENSORS:
-            getattr(self, name).copy_(state[name])
-        for name, buffer in self.history.items():
-            buffer.copy_(state["history"][name])
-        for rng, rng_state in zip(self.rngs, state["rng_states"]):
-            rng.set_state(rng_state)
-        self._packed_cache.clear()
+        """Restore a :meth:`get_state` snapshot exactly. The snapshot is checked whole first: one
+        from another configuration raises ``ValueError`` naming the mismatch and changes nothing."""
+        if not isinstance(state, dict) or "episodes" not in state:
+            raise ValueError("set_state expects a dict returned by get_state()")
+        expected = {"latent_shape": tuple(self.latent_shape), "num_steps": self.num_steps, "kind": self.kind}
+        for name, value in expected.items():
+            if state.get(name) != value:
+                raise ValueError(f"set_state: the state has {name}={state.get(name)!r}; this env has {value!r}")
+        episodes = state["episodes"]
+        if len(episodes) != self.num_slots:
+            raise ValueError(f"set_state: the state holds {len(episodes)} envs; this env has {self.num_slots}")
+        for i, e in enumerate(episodes):
+            if e is None:
+                continue
+            if not isinstance(e, Episode) or tuple(e.latents.shape) != (self.num_steps + 1, *self.latent_shape) \
+                    or not 0 <= e.step <= self.num_steps:
+                raise ValueError(f"set_state: env {i}'s episode does not fit this env (latents "
+                                 f"{tuple(getattr(getattr(e, 'latents', None), 'shape', ()))}, step "
+                                 f"{getattr(e, 'step', None)}); expected latents "
+                                 f"{(self.num_steps + 1, *self.latent_shape)}")
+        restored = [None if e is None else e.copy() for e in episodes]
+        for e in restored:
+            if e is not None and e.latents.device != self.device:
+                raise ValueError(f"set_state: the state lives on {e.latents.device}; this env runs on {self.device}")
+        self.episodes = restored
+
+    def prepare_fork(self, src: int, dst: list[int], seeds: list[int | None]) -> dict[int, Episode]:
+        """Copies of slot ``src``'s episode for ``dst``, child ``j`` reseeded with ``seeds[j]``
+        (``None`` keeps the parent's generator state, so that child reproduces the parent)."""
+        if len(seeds) != len(dst):
+            raise ValueError(f"fork: {len(seeds)} seeds for {len(dst)} children")
+        seeds = [None if s is None else checked_seed(s, "seeds[j]") for s in seeds]
+        parent = self.episode(src)
+        children = {}
+        for slot, seed in zip(dst, seeds):
+            child = parent.copy()
+            if seed is not None:
+                child.rng.manual_seed(seed)
+                child.seed = seed
+            children[slot] = child
+        return children
 
     def fork(self, src: int, dst: list[int], seeds: list[int | None]) -> None:
-        """Copy slot ``src``'s whole episode into ``dst``; reseed child ``j`` with ``seeds[j]``
-        (``None`` keeps the parent's generator state, so that child reproduces the parent)."""
-        for slot, seed in zip(dst, seeds, strict=True):
-            for name in self._SLOT_LISTS:
-                getattr(self, name)[slot] = copy.deepcopy(getattr(self, name)[src])
-            for name in self._SLOT_TENSORS:
-                getattr(self, name)[slot] = getattr(self, name)[src]
-            for buffer in self.history.values():
-                buffer[slot] = buffer[src]
-            self.rngs[slot].set_state(self.rngs[src].get_state())
-            if seed is not None:
-                self.rngs[slot].manual_seed(int(seed))
-                self.seeds[slot] = int(seed)
-        self._packed_cache.clear()
+        """Copy slot ``src``'s whole episode into ``dst`` (see :meth:`prepare_fork`)."""
+        self.commit(resets=self.prepare_fork(src, dst, seeds))
 
     # --- training hooks -------------------------------------------------------------
-    def replay_log_probs(self, trajectories: Trajectory | list[Trajectory]) -> torch.Tensor:
-        """Recompute the log-prob (mean convention) of every stored step with the current weights.
-
-        Each step's CFG velocity is recomputed from the stored latent, timestep, guidance and
-        tokens, and the stored next latent is scored with the same :func:`sde_step`. A list of
-        trajectories is replayed the way a vector env rolled them out: step ``k`` of all of
-        them in one forward, rows in list order, text keys/values cached after step 0. Passing
-        the trajectories of one vector-env episode in env order therefore repeats the rollout's
-        computation exactly (bit for bit, in bf16 too); other groupings agree up to the
-        model dtype's rounding. Returns ``[N]`` for one trajectory, ``[B, N]`` for a list.
-
-        Autograd is as the caller set it: a trainer holding its own engine over its own
-        (trainable) generator gets log-probs it can differentiate (``torch.enable_grad()``).
-        """
-        batch = [trajectories] if isinstance(trajectories, Trajectory) else list(trajectories)
-        n = batch[0].num_steps
-        if any(t.num_steps != n for t in batch):
-            raise ValueError(f"trajectories hold {[t.num_steps for t in batch]} steps; replay them in groups of "
-                             f"equal length")
-        kinds = {t.kind for t in batch}
-        if len(kinds) != 1:
-            raise ValueError(f"trajectories mix SDE kinds {sorted(kinds)}; replay each kind separately")
-        kind = kinds.pop()
-        packed = self._pack_cfg_rows([(t.cond_ids, t.uncond_ids, t.fps) for t in batch])
-        latents = torch.stack([t.latents for t in batch]).to(self.device)  # [B, N+1, ...]
-        sigmas = torch.stack([t.sigmas for t in batch]).to(self.device)
-        timesteps = torch.stack([t.timesteps for t in batch])
-        out = []
-        for k in range(n):
-            guidance = torch.stack([t.guidance_scales[k] for t in batch])
-            v = self.cfg_velocity([], latents[:, k], timesteps[:, k].tolist(), guidance, packed=packed)
-            replay = sde_step(v, latents[:, k], sigmas[:, k], sigmas[:, k + 1], kind=kind,
-                              noise_level=torch.stack([t.noise_levels[k] for t in batch]).to(self.device),
-                              sigma_max=sigmas[:, 1], next_sample=latents[:, k + 1])
-            out.append(replay.log_prob)
-        out = torch.stack(out, dim=1)
-        return out[0] if isinstance(trajectories, Trajectory) else out
+    def replay_log_probs(self, trajectories, steps=None, micro_batch=None) -> torch.Tensor:
+        """:func:`cosmos3_gym.transition.replay_log_probs` on this engine's model."""
+        return replay_log_probs(self.model, trajectories, steps=steps, micro_batch=micro_batch)
 
     def update_weights(self, weights) -> int:
-        """Load new transformer weights (a state dict, or ``(name, tensor)`` pairs from a trainer).
-
-        Every name, shape and dtype is checked before anything changes: a bad update raises
-        ``ValueError`` naming the offending tensor and leaves the model as it was. Tensors may
-        live on another device or require grad. Returns the new ``weights_version``.
-        """
-        updates = dict(weights.items() if hasattr(weights, "items") else weights)
-        current = self.generator.transformer.state_dict()
-        if not updates:
-            raise ValueError("update_weights got no tensors")
-        for name, tensor in updates.items():
-            if name not in current:
-                close = [k for k in current if k.split(".")[-1] == name.split(".")[-1]][:3]
-                raise ValueError(f"update_weights: unknown tensor {name!r}; names are the transformer's "
-                                 f"state_dict keys (e.g. {close or list(current)[:3]})")
-            if not isinstance(tensor, torch.Tensor):
-                raise ValueError(f"update_weights: {name!r} is a {type(tensor).__name__}, not a torch.Tensor")
-            if tuple(tensor.shape) != tuple(current[name].shape):
-                raise ValueError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}; "
-                                 f"expected {tuple(current[name].shape)}")
-            if tensor.dtype != current[name].dtype:
-                raise ValueError(f"update_weights: {name!r} has dtype {tensor.dtype}; expected {current[name].dtype}")
-        with torch.no_grad():
-            for name, tensor in updates.items():
-                current[name].copy_(tensor.detach())
-        self.weights_version += 1
-        self._packed_cache.clear()  # cached text keys/values belong to the old weights
-        return self.weights_version
+        """:meth:`Cosmos3Model.update_weights` (the version lives on the model, shared by its envs)."""
+        return self.model.update_weights(weights)

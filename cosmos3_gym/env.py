@@ -1,14 +1,18 @@
-"""Cosmos3RolloutEnv: one Cosmos 3 generation request as a Gymnasium episode (numpy, B = 1)."""
+"""Cosmos3RolloutEnv: one Cosmos 3 generation request as a Gymnasium episode (numpy, B = 1).
+
+The single env is a view of :class:`~cosmos3_gym.vector_env.Cosmos3RolloutVectorEnv` with one
+env: construction, checks, seeding, prompts, stepping, rewards and weights live there once.
+"""
 
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-import torch
+from gymnasium.vector import AutoresetMode
 
-from .presets import Preset, load_preset
-from .rewards import REWARDS, checked_reward
-from .spaces import action_space, build_engine, checked_action, checked_options, observation_space
+from .presets import Preset
+from .spaces import checked_action
+from .vector_env import Cosmos3RolloutVectorEnv
 
 
 class Cosmos3RolloutEnv(gym.Env):
@@ -32,7 +36,8 @@ class Cosmos3RolloutEnv(gym.Env):
 
     ``action_mode="noise"``: ``Box(-inf, inf, latent shape, float32)`` = the standard-normal
     noise of this step, for noise-space policies; ``action_space.sample()`` is exactly the
-    stock sampler. Guidance and noise level are the preset's.
+    stock sampler. Guidance and noise level are the preset's. This mode is for custom
+    trainers: SB3's algorithms expect bounded action spaces.
 
     Actions of the wrong shape or dtype, with NaN/Inf, or outside finite bounds raise
     ``ValueError`` (nothing is clipped) and leave the episode where it was.
@@ -40,7 +45,8 @@ class Cosmos3RolloutEnv(gym.Env):
     ## Observation Space
 
     ``Dict``: ``latent`` float32 ``(C, T, H, W)``, the current noisy latent; ``sigma``
-    float32 ``(1,)``; ``step`` ``Discrete(N + 1)``, the number of steps taken.
+    float32 ``(1,)``; ``step`` int64 ``Box(0, N, (1,))``, the number of steps taken (a Box, so
+    that SB3's ``VecNormalize`` and ``VecFrameStack`` take the observation as it is).
 
     ## Rewards
 
@@ -50,8 +56,8 @@ class Cosmos3RolloutEnv(gym.Env):
 
     ## Starting State
 
-    ``reset(seed=s)`` seeds the episode's ``torch.Generator`` with ``s`` (a fresh seed is drawn
-    from the env's RNG when ``s`` is None) and draws ``x(sigma_0)`` from it exactly as
+    ``reset(seed=s)`` seeds the episode's ``torch.Generator`` with ``s``, an int in
+    ``[0, 2**63 - 1]`` (a fresh seed is drawn from the env's RNG when ``s`` is None) and draws ``x(sigma_0)`` from it exactly as
     ``Cosmos3OmniPipeline`` does. ``options`` may carry ``prompt`` and ``negative_prompt``;
     otherwise the prompt is drawn from the preset's ``prompts``.
 
@@ -63,21 +69,30 @@ class Cosmos3RolloutEnv(gym.Env):
     ## Info
 
     Every step: ``log_prob`` (mean over latent elements, Flow-GRPO convention),
-    ``log_prob_sum`` (the exact log-density), ``sigma``, ``sigma_next``, ``timestep``,
-    ``guidance_scale``, ``noise_level``, ``weights_version``. Last step also: ``trajectory``
+    ``log_prob_sum`` (the exact log-density), ``deterministic`` (True for ``kind="ode"`` or
+    ``noise_level=0``: a point mass, reported with log-prob 0), ``sigma``, ``sigma_next``,
+    ``timestep``, ``guidance_scale``, ``noise_level``, ``weights_version`` (the model's; envs
+    sharing a model agree). Last step also: ``trajectory``
     (:class:`cosmos3_gym.trajectory.Trajectory`) and, unless ``reward="none"``, ``frames``
     (uint8 ``[F, H, W, 3]``).
 
     ## Arguments
 
     ``gym.make("Cosmos3Rollout-v0", render_mode=None, device=None, dtype=None,
-    reward_fn=None, generator=None, **preset_fields)``: ``generator`` shares an already loaded
-    :class:`~cosmos3_gym.generator.Cosmos3Generator` (its weights too) instead of loading the
-    preset's model; every field of the preset (``envs/*.toml``, e.g.
+    reward_fn=None, model=None, **preset_fields)``: ``model`` shares an already loaded
+    :class:`~cosmos3_gym.model.Cosmos3Model` (its weights and ``weights_version`` too) instead
+    of loading the preset's model (one thread at a time may use a model); every field of the preset (``envs/*.toml``, e.g.
     ``num_steps``, ``action_mode``, ``kind``, ``checkpoint``, ``guidance_scale``) can be
     overridden. ``checkpoint`` points at a local diffusers-layout Cosmos 3 directory.
     ``render_mode="rgb_array"``: ``render()`` returns the decoded x0-prediction as one
     uint8 image, the frames side by side (so ``RecordVideo`` records one filmstrip per step).
+
+    ## Errors
+
+    Every call validates first and changes the env last: a call that raises (bad input, a
+    reward function or a forward that throws, Ctrl-C) leaves the episode exactly where it
+    was, and the same step can be retried. :meth:`get_state` / :meth:`set_state` snapshot and
+    restore a whole episode (mid-episode too).
 
     ## Version History
 
@@ -86,84 +101,71 @@ class Cosmos3RolloutEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
 
-    def __init__(self, preset: str | Preset = "Cosmos3Rollout-v0", render_mode: str | None = None,
-                 device=None, dtype=None, reward_fn=None, generator=None, **overrides):
-        preset = load_preset(preset) if isinstance(preset, str) else preset
-        self.preset = preset.override(**overrides)
+    def __init__(self, preset: str | Preset = "Cosmos3Rollout-v0", render_mode: str | None = None, **kwargs):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        self.vector = Cosmos3RolloutVectorEnv(1, preset, autoreset_mode=AutoresetMode.DISABLED,
+                                              render_mode=render_mode, array_type="numpy", **kwargs)
         self.render_mode = render_mode
-        self.reward_fn = reward_fn or REWARDS[self.preset.reward]
-        self.engine = build_engine(self.preset, 1, device=device, dtype=dtype, generator=generator)
-        self.observation_space = observation_space(self.engine.latent_shape, self.engine.num_steps)
-        self.action_space = action_space(self.preset, self.engine.latent_shape)
-        self.default_action = np.array([self.preset.guidance_scale, self.preset.noise_level], dtype=np.float32)
-        self._episode_over = True
+        self.preset, self.engine = self.vector.preset, self.vector.engine
+        self.observation_space = self.vector.single_observation_space
+        self.action_space = self.vector.single_action_space
+        self.default_action = self.vector.default_action
+
+    @property
+    def model(self):
+        return self.vector.model
 
     @property
     def weights_version(self) -> int:
-        return self.engine.weights_version
+        return self.vector.weights_version
 
-    def _obs(self) -> dict:
-        engine = self.engine
-        k = engine.steps[0]
-        return {
-            "latent": engine.latents[0].detach().cpu().numpy().astype(np.float32),
-            "sigma": engine.sigmas[0, k : k + 1].cpu().numpy().astype(np.float32),
-            "step": k,
-        }
+    @staticmethod
+    def _unbatched(obs: dict) -> dict:
+        return {key: value[0] for key, value in obs.items()}
+
+    @staticmethod
+    def _unbatched_info(infos: dict) -> dict:
+        """Env 0's entries of a vector info dict, as Python scalars where they are numbers."""
+        info = {}
+        for key, value in infos.items():
+            if key.startswith("_") or not infos.get(f"_{key}", np.ones(1, dtype=bool))[0]:
+                continue
+            item = value[0]
+            info[key] = item.item() if isinstance(item, np.generic) else item
+        return info
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        options = checked_options(options)
         super().reset(seed=seed)
-        episode_seed = seed if seed is not None else int(self.np_random.integers(0, 2**63 - 1))
-        prompt = options.get("prompt")
-        if prompt is None:
-            prompt = self.preset.prompts[int(self.np_random.integers(len(self.preset.prompts)))]
-        negative = options.get("negative_prompt", self.preset.negative_prompt)
-        self.engine.reset_slots([0], [episode_seed], [prompt], [negative])
-        self._episode_over = False
-        return self._obs(), {"prompt": prompt, "seed": episode_seed, "sigmas": self.engine.sigmas[0].cpu().numpy().copy()}
+        obs, infos = self.vector.reset(seed=seed, options=options)
+        episode = self.engine.episode(0)
+        info = {"prompt": episode.prompt, "seed": episode.seed, "sigmas": episode.sigmas.cpu().numpy().copy()}
+        return self._unbatched(obs), info
 
     def step(self, action):
-        if self._episode_over:
+        if not self.vector._was_reset or self.vector._needs_reset[0]:
             raise RuntimeError("the episode is over (or reset() was never called): call env.reset() first")
         action = checked_action(action, self.action_space, device=self.engine.device)
-        if self.preset.action_mode == "noise":
-            guidance, noise_level = (float(x) for x in self.default_action)
-            noise = action.unsqueeze(0)
-        else:
-            (guidance, noise_level), noise = action.tolist(), None
-        result = self.engine.step([0], torch.tensor([guidance]), torch.tensor([noise_level]), noise)
-        info = {
-            "log_prob": float(result.log_prob[0]),
-            "log_prob_sum": float(result.log_prob_sum[0]),
-            "sigma": float(result.sigma[0]),
-            "sigma_next": float(result.sigma_next[0]),
-            "timestep": float(result.timestep[0]),
-            "guidance_scale": float(guidance),
-            "noise_level": float(noise_level),
-            "weights_version": self.engine.weights_version,
-        }
-        reward = 0.0
-        terminated = bool(result.done[0])
-        if not bool(result.finite[0]):
-            info["error"] = f"the latent became NaN/Inf at step {self.engine.steps[0] - 1}; the episode ends here"
-        elif terminated and self.reward_fn is not None:
-            frames = self.engine.decode([0])
-            reward = float(checked_reward(self.reward_fn, frames, [self.engine.prompts[0]])[0])
-            info["frames"] = frames[0]
-        if terminated:
-            info["trajectory"] = self.engine.trajectory(0)
-        self._episode_over = terminated
-        return self._obs(), reward, terminated, False, info
+        obs, rewards, terminated, truncated, infos = self.vector.step(action.unsqueeze(0))
+        return self._unbatched(obs), float(rewards[0]), bool(terminated[0]), bool(truncated[0]), \
+            self._unbatched_info(infos)
+
+    def get_state(self) -> dict:
+        return self.vector.get_state()
+
+    def set_state(self, state: dict) -> None:
+        self.vector.set_state(state)
 
     def update_weights(self, weights) -> int:
-        """New transformer weights from a trainer; see :meth:`RolloutEngine.update_weights`."""
-        return self.engine.update_weights(weights)
+        """New transformer weights from a trainer; see :meth:`Cosmos3Model.update_weights`."""
+        return self.vector.update_weights(weights)
 
     def render(self):
         if self.render_mode != "rgb_array":
             return None
-        frames = self.engine.decode([0], x0=not self._episode_over)[0]  # [F, H, W, 3]
+        frames = self.engine.decode([0], x0=not self.vector._needs_reset[0])[0]  # [F, H, W, 3]
         return np.concatenate(list(frames), axis=1)
+
+    def close(self):
+        self.vector.close()
+        super().close()

@@ -158,6 +158,7 @@ class PackedRows:
         self.position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device)
         self.gen_indexes = torch.arange(self.und_len, self.und_len + gen_len, device=device)
         self.text_cache: list | None = None
+        self.text_cache_version: int | None = None  # the model's weights_version the cache was computed with
         if attention == "flex":
             self.layout = _flex_layout(_row_ids(und_lengths, device), _row_ids(gen_lengths, device))
         else:
@@ -213,7 +214,7 @@ class PackedRowsAttnProcessor:
     the attention itself runs on rows padded to a common length with boolean masks, or
     with FlexAttention block masks. One instance per layer (``layer``); all share
     ``packed``, the :class:`PackedRows` of the current forward, which
-    :class:`~cosmos3_gym.generator.Cosmos3Generator` sets before each forward. When the
+    :class:`~cosmos3_gym.model.Cosmos3Model` sets before each forward. When the
     packing's ``text_cache`` is filled, the forward carries no text tokens and this layer's
     cached text keys/values are used.
     """
@@ -239,7 +240,7 @@ class PackedRowsAttnProcessor:
             k_und_for_gen = attn.k_norm_und_for_gen(k_und) if attn.k_norm_und_for_gen is not None else k_und
             q_und, k_und = _rope(q_und, cos_und, sin_und), _rope(k_und, cos_und, sin_und)
             k_und_for_gen = _rope(k_und_for_gen, cos_und, sin_und)
-            packed.text_cache[self.layer] = (k_und_for_gen, v_und)
+            self.shared.new_text_cache[self.layer] = (k_und_for_gen, v_und)
             und_out = (q_und, k_und, v_und)
         attend = self._flex if isinstance(packed.layout, FlexLayout) else self._sdpa
         und_out, gen_out = attend(packed.layout, und_out, k_und_for_gen, v_und, q_gen, k_gen, v_gen)
@@ -291,6 +292,7 @@ class ForwardContext:
 
     packed: PackedRows | None = None
     text_cached: bool = False
+    new_text_cache: list | None = None  # filled layer by layer; published on the packing once the forward succeeds
     compiled: bool = False
 
 

@@ -14,9 +14,10 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
 from .vector_env import Cosmos3RolloutVectorEnv
 
-# Per-env views: get_attr(name) returns entry i of these engine lists for env i.
-PER_ENV_ATTRIBUTES = {"prompt": "prompts", "negative_prompt": "negative_prompts", "seed": "seeds", "step": "steps"}
-INFO_KEYS = ("log_prob", "log_prob_sum", "sigma", "sigma_next", "timestep", "guidance_scale", "noise_level")
+# Per-env views: get_attr(name) returns this field of env i's episode for env i.
+PER_ENV_ATTRIBUTES = ("prompt", "negative_prompt", "seed", "step")
+INFO_KEYS = ("log_prob", "log_prob_sum", "sigma", "sigma_next", "timestep", "guidance_scale", "noise_level",
+             "deterministic", "weights_version")
 
 
 class Cosmos3SB3VecEnv(VecEnv):
@@ -31,9 +32,9 @@ class Cosmos3SB3VecEnv(VecEnv):
     """
 
     def __init__(self, venv: Cosmos3RolloutVectorEnv, rescale_actions: bool = False):
-        if venv.autoreset_mode != AutoresetMode.SAME_STEP:
-            raise ValueError(f"the SB3 adapter needs autoreset_mode=SAME_STEP, got {venv.autoreset_mode}; "
-                             f"build it with Cosmos3SB3VecEnv.make(...)")
+        if venv.autoreset_mode != AutoresetMode.SAME_STEP or venv.array_type != "numpy":
+            raise ValueError(f"the SB3 adapter needs autoreset_mode=SAME_STEP and array_type='numpy', got "
+                             f"{venv.autoreset_mode} and {venv.array_type!r}; build it with Cosmos3SB3VecEnv.make(...)")
         self.venv = venv
         space = venv.single_action_space
         if rescale_actions and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
@@ -48,7 +49,8 @@ class Cosmos3SB3VecEnv(VecEnv):
     @classmethod
     def make(cls, env_id: str = "Cosmos3Rollout-v0", num_envs: int = 4, rescale_actions: bool = False,
              **kwargs) -> "Cosmos3SB3VecEnv":
-        venv = Cosmos3RolloutVectorEnv(num_envs, env_id, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+        venv = Cosmos3RolloutVectorEnv(num_envs, env_id, autoreset_mode=AutoresetMode.SAME_STEP, array_type="numpy",
+                                       **kwargs)
         return cls(venv, rescale_actions)
 
     def _single_obs(self, obs: dict, i: int) -> dict:
@@ -60,7 +62,7 @@ class Cosmos3SB3VecEnv(VecEnv):
         obs, _ = self.venv.reset(seed=seeds, options=options or None)
         self._reset_seeds()
         self._reset_options()
-        return self.venv.numpy_obs(obs)
+        return obs
 
     def step_async(self, actions: np.ndarray) -> None:
         if self._rescale is not None:
@@ -70,22 +72,20 @@ class Cosmos3SB3VecEnv(VecEnv):
 
     def step_wait(self):
         obs, rewards, terminated, truncated, infos = self.venv.step(self._actions)
-        obs = self.venv.numpy_obs(obs)
-        dones = (terminated | truncated).cpu().numpy()
+        dones = terminated | truncated
         step_infos = [{} for _ in range(self.num_envs)]
         for key in INFO_KEYS:
-            values = infos[key].cpu().numpy()
             for i in np.flatnonzero(infos[f"_{key}"]):
-                step_infos[i][key] = float(values[i])
+                step_infos[i][key] = infos[key][i].item()
         if "final_obs" in infos:
-            final = self.venv.numpy_obs(infos["final_obs"])
+            final = infos["final_obs"]
             for i in np.flatnonzero(infos["_final_obs"]):
                 step_infos[i]["terminal_observation"] = self._single_obs(final, i)
                 step_infos[i]["TimeLimit.truncated"] = bool(truncated[i])
                 step_infos[i]["trajectory"] = infos["trajectory"][i]
                 if "error" in infos and infos["_error"][i]:
                     step_infos[i]["error"] = infos["error"][i]
-        return obs, rewards.cpu().numpy().astype(np.float32), dones, step_infos
+        return obs, rewards.astype(np.float32), dones, step_infos
 
     def close(self) -> None:
         self.venv.close()
@@ -97,8 +97,7 @@ class Cosmos3SB3VecEnv(VecEnv):
 
     def get_attr(self, attr_name: str, indices=None) -> list:
         if attr_name in PER_ENV_ATTRIBUTES:
-            values = getattr(self.venv.engine, PER_ENV_ATTRIBUTES[attr_name])
-            return [values[i] for i in self._indices(indices)]
+            return [getattr(self.venv.engine.episode(i), attr_name) for i in self._indices(indices)]
         return [getattr(self.venv, attr_name)] * len(self._indices(indices))
 
     def set_attr(self, attr_name: str, value, indices=None) -> None:

@@ -27,8 +27,12 @@ class SDEStep:
     ``next_sample = mean + scale * noise`` holds elementwise. ``log_prob`` is the Gaussian
     log-density of ``next_sample`` under ``N(mean, scale^2 I)`` *averaged* over all
     non-batch elements, constants included (the Flow-GRPO / SGLang convention);
-    ``log_prob_sum`` is the exact log-density (the sum). Both have shape ``[B]`` and are
-    NaN where the transition is deterministic (``kind="ode"``, or ``scale == 0``).
+    ``log_prob_sum`` is the exact log-density (the sum). Both have shape ``[B]``.
+
+    A deterministic transition (``kind="ode"``, or ``noise_level == 0``: ``scale == 0``) is
+    a point mass: its log-prob is reported as 0 (probability 1 of the only outcome) and
+    ``deterministic`` is True, so the importance ratio of such a step is exactly 1 and it
+    carries no policy gradient. Elements with ``scale == 0`` contribute 0 likewise.
     """
 
     next_sample: torch.Tensor
@@ -36,6 +40,7 @@ class SDEStep:
     scale: torch.Tensor
     log_prob: torch.Tensor
     log_prob_sum: torch.Tensor
+    deterministic: torch.Tensor
 
 
 def _per_batch(value, batch: int, ndim: int, device) -> torch.Tensor:
@@ -127,10 +132,12 @@ def sde_step(
 
     dims = tuple(range(1, ndim))
     weight = torch.ones_like(mean) if mask is None else mask.to(device=device, dtype=torch.float32).expand_as(mean)
-    log_density = -((next_sample - mean) ** 2) / (2.0 * scale**2) - torch.log(scale) - _LOG_SQRT_2PI
-    log_density = torch.where(weight > 0, log_density, torch.zeros_like(log_density))
-    deterministic = ((scale == 0) & (weight > 0)).flatten(1).any(dim=1)
-    nan = torch.full((batch,), float("nan"), device=device)
-    log_prob_sum = torch.where(deterministic, nan, log_density.sum(dim=dims))
+    stochastic = (weight > 0) & (scale > 0)
+    safe_scale = torch.where(stochastic, scale, torch.ones_like(scale))
+    log_density = -((next_sample - mean) ** 2) / (2.0 * safe_scale**2) - torch.log(safe_scale) - _LOG_SQRT_2PI
+    log_density = torch.where(stochastic, log_density, torch.zeros_like(log_density))
+    log_prob_sum = log_density.sum(dim=dims)
     log_prob = log_prob_sum / weight.sum(dim=dims)
-    return SDEStep(next_sample=next_sample, mean=mean, scale=scale, log_prob=log_prob, log_prob_sum=log_prob_sum)
+    deterministic = ~stochastic.flatten(1).any(dim=1)
+    return SDEStep(next_sample=next_sample, mean=mean, scale=scale, log_prob=log_prob, log_prob_sum=log_prob_sum,
+                   deterministic=deterministic)

@@ -10,21 +10,20 @@ import torch
 from gymnasium import spaces
 
 from .engine import RolloutEngine
-from .generator import Cosmos3Generator
+from .model import Cosmos3Model
 from .presets import Preset
 from .tiny_model import TINY_CHECKPOINT
 
-OPTION_KEYS = ("prompt", "negative_prompt")
-
 
 def build_engine(preset: Preset, num_slots: int, device=None, dtype=None,
-                 generator: Cosmos3Generator | None = None) -> RolloutEngine:
-    """An engine for ``preset``; ``generator`` reuses an already loaded model instead of loading one."""
-    if generator is None:
-        generator = Cosmos3Generator.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device,
-                                                     dtype=dtype)
-    grid = preset.sigma_grid_for(generator.scheduler, generator.pipeline.config.use_native_flow_schedule)
-    return RolloutEngine(generator, num_slots, num_frames=preset.num_frames, height=preset.height,
+                 model: Cosmos3Model | None = None) -> RolloutEngine:
+    """An engine for ``preset``; ``model`` reuses an already loaded model instead of loading one."""
+    if model is not None and not isinstance(model, Cosmos3Model):
+        raise ValueError(f"model={model!r} is not a Cosmos3Model; load one with Cosmos3Model.from_pretrained(...)")
+    if model is None:
+        model = Cosmos3Model.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device, dtype=dtype)
+    grid = preset.sigma_grid_for(model.scheduler, model.pipeline.config.use_native_flow_schedule)
+    return RolloutEngine(model, num_slots, num_frames=preset.num_frames, height=preset.height,
                          width=preset.width, fps=preset.fps, grid=grid, kind=preset.kind,
                          max_prompt_tokens=preset.max_prompt_tokens)
 
@@ -33,7 +32,7 @@ def observation_space(latent_shape, num_steps: int) -> spaces.Dict:
     return spaces.Dict({
         "latent": spaces.Box(-np.inf, np.inf, shape=tuple(latent_shape), dtype=np.float32),
         "sigma": spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32),
-        "step": spaces.Discrete(num_steps + 1),
+        "step": spaces.Box(0, num_steps, shape=(1,), dtype=np.int64),
     })
 
 
@@ -75,8 +74,10 @@ def checked_action(action, space: spaces.Box, batch_shape: tuple = (), device="c
     return tensor
 
 
-def checked_options(options: dict | None, allowed: tuple[str, ...] = OPTION_KEYS) -> dict:
+def checked_options(options: dict | None, allowed: tuple[str, ...]) -> dict:
     """A copy of ``options``; raises ``ValueError`` naming any key not in ``allowed``."""
+    if options is not None and not isinstance(options, dict):
+        raise ValueError(f"options={options!r} is not a dict; allowed keys: {list(allowed)}")
     options = dict(options or {})
     unknown = sorted(set(options) - set(allowed))
     if unknown:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .args import parse_args
-from .generator import Cosmos3Generator
+from .model import Cosmos3Model
 from .packing import RowSpec
 from .tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
 from .world import dataset
@@ -96,17 +96,17 @@ def train_vae(vae, args: TrainArgs, log: list) -> None:
     vae.register_to_config(latents_mean=mean.tolist(), latents_std=std.tolist())
 
 
-def train_transformer(generator: Cosmos3Generator, args: TrainArgs, log: list, deadline: float) -> None:
+def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline: float) -> None:
     from tqdm import tqdm
 
-    transformer, vae = generator.transformer, generator.vae
+    transformer, vae = model.transformer, model.vae
     transformer.train().requires_grad_(True)
     optimizer = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01)
     mean = torch.tensor(vae.config.latents_mean, device=args.device).view(1, -1, 1, 1, 1)
     std = torch.tensor(vae.config.latents_std, device=args.device).view(1, -1, 1, 1, 1)
     tokens: dict[str, tuple[list[int], list[int]]] = {}
     rng = np.random.default_rng(args.data_seed)
-    latent_grid = generator.latent_shape(NUM_FRAMES, SIZE, SIZE)[1:]
+    latent_grid = model.latent_shape(NUM_FRAMES, SIZE, SIZE)[1:]
     for step in tqdm(range(args.steps), desc="transformer"):
         video, captions = _videos(args.data_seed * 1_000_003 + 2 * 10**6 + step, args.batch, args.device)
         with torch.no_grad():
@@ -114,7 +114,7 @@ def train_transformer(generator: Cosmos3Generator, args: TrainArgs, log: list, d
         rows = []
         for caption in captions:
             if caption not in tokens:
-                tokens[caption] = generator.tokenize(caption, "", NUM_FRAMES, SIZE, SIZE, FPS)
+                tokens[caption] = model.tokenize(caption, "", NUM_FRAMES, SIZE, SIZE, FPS)
             cond, uncond = tokens[caption]
             rows.append(RowSpec(tuple(uncond if rng.random() < args.uncond_prob else cond), *latent_grid, FPS))
         # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training
@@ -122,7 +122,7 @@ def train_transformer(generator: Cosmos3Generator, args: TrainArgs, log: list, d
         noise = torch.randn_like(x0)
         s = sigma.view(-1, 1, 1, 1, 1)
         x_sigma = (1 - s) * x0 + s * noise
-        velocity = generator.forward_rows(generator.pack(rows), [x.unsqueeze(0) for x in x_sigma],
+        velocity = model.forward_rows(model.pack(rows), [x.unsqueeze(0) for x in x_sigma],
                                           (sigma * 1000).tolist())
         loss = torch.nn.functional.mse_loss(torch.stack(velocity), noise - x0)
         _update(optimizer, loss, transformer.parameters(), _lr(step, args.steps, args.lr))
@@ -162,12 +162,12 @@ def main(argv=None) -> int:
     log: list = []
     components["vae"].to(args.device)
     train_vae(components["vae"], args, log)
-    generator = Cosmos3Generator.from_components(components["transformer"], components["vae"],
+    model = Cosmos3Model.from_components(components["transformer"], components["vae"],
                                                  components["text_tokenizer"], components["scheduler"],
                                                  device=args.device, dtype=torch.float32, attention="sdpa",
                                                  compile=False)
     deadline = start + 60 * args.max_minutes if args.max_minutes > 0 else float("inf")
-    train_transformer(generator, args, log, deadline)
+    train_transformer(model, args, log, deadline)
     out = Path(args.out)
     for name in ("transformer", "vae"):
         components[name].to("cpu")

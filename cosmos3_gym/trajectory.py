@@ -1,7 +1,8 @@
 """Trajectory: everything a GRPO/PPO trainer needs from one episode, saved without pickle.
 
-A trajectory plus the generator that produced it is enough to recompute every step's
-log-prob (:meth:`cosmos3_gym.engine.RolloutEngine.replay_log_probs`).
+A trajectory plus the model that produced it is enough to recompute every step's
+log-prob (:func:`cosmos3_gym.transition.replay_log_probs`). Loading checks every field
+(dtypes, shapes, lengths, the header) before anything uses it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from safetensors.torch import load_file, save_file
 
 TENSOR_FIELDS = (
     "latents", "log_probs", "log_prob_sums", "sigmas", "timesteps", "guidance_scales", "noise_levels", "noises",
+    "weights_versions",
 )
+HEADER_KEY = "cosmos3_gym.trajectory"
+# JSON header fields and their types.
+METADATA_TYPES = {
+    "seed": (int, type(None)), "prompt": str, "negative_prompt": str, "cond_ids": list, "uncond_ids": list,
+    "kind": str, "num_frames": int, "height": int, "width": int, "fps": (int, float), "extra": dict,
+}
 
 
 @dataclass
@@ -25,7 +33,9 @@ class Trajectory:
     Tensors: ``latents`` [N+1, C, T, H, W] (``latents[0]`` is the initial noise),
     ``log_probs`` / ``log_prob_sums`` [N] (mean / sum convention of :func:`~cosmos3_gym.sde.sde_step`),
     ``sigmas`` / ``timesteps`` [N+1], the actions ``guidance_scales`` / ``noise_levels`` [N],
-    and ``noises`` [N, C, T, H, W], the standard-normal noise of each step.
+    ``noises`` [N, C, T, H, W], the standard-normal noise of each step, and
+    ``weights_versions`` [N] int64, the model's ``weights_version`` each step ran with
+    (weights may be updated mid-episode; each step records its own).
     """
 
     latents: torch.Tensor
@@ -36,6 +46,7 @@ class Trajectory:
     guidance_scales: torch.Tensor
     noise_levels: torch.Tensor
     noises: torch.Tensor
+    weights_versions: torch.Tensor
     seed: int | None
     prompt: str
     negative_prompt: str
@@ -46,12 +57,52 @@ class Trajectory:
     height: int
     width: int
     fps: float
-    weights_version: int
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.validate()
 
     @property
     def num_steps(self) -> int:
         return self.log_probs.numel()
+
+    @property
+    def weights_version(self) -> int:
+        """The version of the episode's last step (-1 before its first step)."""
+        return int(self.weights_versions[-1]) if self.num_steps else -1
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first field whose type, dtype, shape or length is wrong."""
+        for name, kind in METADATA_TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"trajectory field {name!r} is {value!r}; expected {kind}")
+        if not all(isinstance(i, int) for i in self.cond_ids + self.uncond_ids):
+            raise ValueError("trajectory fields 'cond_ids'/'uncond_ids' must be lists of token ids (int)")
+        for name in TENSOR_FIELDS:
+            tensor = getattr(self, name)
+            if not isinstance(tensor, torch.Tensor):
+                raise ValueError(f"trajectory field {name!r} is a {type(tensor).__name__}; expected a torch.Tensor")
+            expected = torch.int64 if name == "weights_versions" else torch.float32
+            if tensor.dtype != expected:
+                raise ValueError(f"trajectory field {name!r} has dtype {tensor.dtype}; expected {expected}")
+        if self.latents.ndim != 5 or self.noises.ndim != 5:
+            raise ValueError(f"trajectory latents/noises must be [N+1 | N, C, T, H, W]; got "
+                             f"{tuple(self.latents.shape)} and {tuple(self.noises.shape)}")
+        n, shape = self.num_steps, tuple(self.latents.shape[1:])
+        expected_shapes = {"latents": (n + 1, *shape), "noises": (n, *shape)}
+        expected_shapes.update({k: (n,) for k in ("log_probs", "log_prob_sums", "guidance_scales", "noise_levels",
+                                                  "weights_versions")})
+        for name, want in expected_shapes.items():
+            if tuple(getattr(self, name).shape) != want:
+                raise ValueError(f"trajectory field {name!r} has shape {tuple(getattr(self, name).shape)}; "
+                                 f"a trajectory of {n} steps needs {want}")
+        grid = (self.sigmas.ndim, self.timesteps.ndim, self.sigmas.numel(), self.timesteps.numel())
+        if grid[:2] != (1, 1) or grid[2] != grid[3] or grid[2] < n + 1:
+            raise ValueError(f"trajectory sigmas/timesteps must be 1-D of equal length >= {n + 1} (N+1); got "
+                             f"{tuple(self.sigmas.shape)} and {tuple(self.timesteps.shape)}")
+        if self.kind not in ("sde", "cps", "ode"):
+            raise ValueError(f"trajectory field 'kind' is {self.kind!r}; expected 'sde', 'cps' or 'ode'")
 
     def metadata(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k not in TENSOR_FIELDS}
@@ -59,14 +110,33 @@ class Trajectory:
     def save(self, path: str | Path) -> None:
         """One ``.safetensors`` file; the non-tensor fields go to its header as JSON."""
         tensors = {name: getattr(self, name).detach().cpu().contiguous() for name in TENSOR_FIELDS}
-        save_file(tensors, str(path), metadata={"cosmos3_gym.trajectory": json.dumps(self.metadata())})
+        save_file(tensors, str(path), metadata={HEADER_KEY: json.dumps(self.metadata())})
 
     @classmethod
-    def load(cls, path: str | Path) -> "Trajectory":
+    def load(cls, path: str | Path, expect: dict | None = None) -> "Trajectory":
+        """Load and validate a saved trajectory. ``expect`` (e.g. ``{"num_frames": 9, "kind": "sde"}``)
+        refuses one from another configuration, naming the first field that differs."""
         from safetensors import safe_open
 
         with safe_open(str(path), framework="pt") as handle:
             header = handle.metadata() or {}
-        if "cosmos3_gym.trajectory" not in header:
+        if HEADER_KEY not in header:
             raise ValueError(f"{str(path)!r} is not a cosmos3_gym trajectory file (no metadata header)")
-        return cls(**load_file(str(path)), **json.loads(header["cosmos3_gym.trajectory"]))
+        try:
+            metadata = json.loads(header[HEADER_KEY])
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{str(path)!r}: the trajectory header is not valid JSON ({error})") from None
+        tensors = load_file(str(path))
+        if not isinstance(metadata, dict):
+            raise ValueError(f"{str(path)!r}: the trajectory header is not a JSON object")
+        names = set(METADATA_TYPES) | set(TENSOR_FIELDS)
+        found = set(metadata) | set(tensors)
+        if found != names:
+            raise ValueError(f"{str(path)!r}: trajectory fields differ from this version's: missing "
+                             f"{sorted(names - found)}, unknown {sorted(found - names)}")
+        trajectory = cls(**tensors, **metadata)
+        for name, value in (expect or {}).items():
+            if getattr(trajectory, name) != value:
+                raise ValueError(f"{str(path)!r} is a trajectory of {name}={getattr(trajectory, name)!r}; "
+                                 f"expected {name}={value!r}")
+        return trajectory

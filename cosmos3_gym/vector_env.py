@@ -1,4 +1,7 @@
-"""Cosmos3RolloutVectorEnv: B Cosmos 3 episodes advanced by one batched forward per step."""
+"""Cosmos3RolloutVectorEnv: B Cosmos 3 episodes advanced by one batched forward per step.
+
+This is the implementation; :class:`~cosmos3_gym.env.Cosmos3RolloutEnv` is its B = 1 view.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,21 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from .engine import SEED_RANGE, RolloutEngine, checked_seed
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
-from .spaces import OPTION_KEYS as SINGLE_ENV_OPTION_KEYS
 from .spaces import action_space, build_engine, checked_action, checked_options, observation_space
 
-OPTION_KEYS = (*SINGLE_ENV_OPTION_KEYS, "reset_mask")
+OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask")
+ARRAY_TYPES = ("numpy", "torch")
+# Per-step info keys: (info key, Transition field).
+STEP_INFO = (("log_prob", "log_prob"), ("log_prob_sum", "log_prob_sum"), ("sigma", "sigma"),
+             ("sigma_next", "sigma_next"), ("timestep", "timestep"), ("guidance_scale", "guidance"),
+             ("noise_level", "noise_level"))
+
+
+def nan_error(step: int) -> str:
+    return f"the latent became NaN/Inf at step {step}; the episode ends here with reward 0"
 
 
 class Cosmos3RolloutVectorEnv(VectorEnv):
@@ -24,15 +36,18 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
     rounding), never on ``num_envs`` or its neighbours.
 
     Spaces are the single env's (:class:`~cosmos3_gym.env.Cosmos3RolloutEnv`) batched with
-    ``batch_space``. Observations, rewards and flags are **torch tensors on the engine's
-    device** (``latent`` [B, C, T, H, W] float32, ``sigma`` [B, 1], ``step`` [B] int64);
-    :meth:`numpy_obs` converts for numpy users. Actions may be torch tensors or numpy arrays.
+    ``batch_space``. ``array_type="numpy"`` (default): observations, rewards, flags and
+    infos are numpy arrays that lie in those spaces, so Gymnasium's vector wrappers
+    (``RecordEpisodeStatistics``, ``NormalizeReward``, ``NumpyToTorch``, ...) work unmodified.
+    ``array_type="torch"``: the same values as torch tensors on the engine's device (no
+    host round trip of the latents; the spaces still describe shapes and dtypes).
+    Actions may be torch tensors or numpy arrays either way.
 
-    ``reset(seed=s)`` seeds env ``i`` with ``s + i`` (or takes a list of B seeds).
-    ``options``: ``prompt`` / ``negative_prompt`` (a str for all, or a list: one per env,
-    or one per group when ``group_size > 1``) and ``reset_mask`` (reset only those envs).
-    ``group_size=g`` makes consecutive groups of ``g`` envs share a prompt with distinct
-    seeds (GRPO groups). :meth:`fork` branches one env's state into others.
+    ``reset(seed=s)`` seeds env ``i`` with ``s + i`` (or takes a list of B seeds; seeds lie in
+    ``[0, 2**63 - 1]``). ``options``: ``prompt`` / ``negative_prompt`` (a str for all, or a
+    list: one per env, or one per group when ``group_size > 1``) and ``reset_mask`` (reset
+    only those envs). ``group_size=g`` makes consecutive groups of ``g`` envs share a prompt
+    with distinct seeds (GRPO groups). :meth:`fork` branches one env's state into others.
 
     Autoreset: ``autoreset_mode`` (``metadata["autoreset_mode"]``) is ``NEXT_STEP``
     (Gymnasium's default: the step after an episode ends resets that env and ignores its
@@ -42,25 +57,36 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
     At an episode's end ``infos`` carries ``trajectory`` (an object array of
     :class:`~cosmos3_gym.trajectory.Trajectory`, masked by ``_trajectory``) and ``frames``.
 
-    Arguments are the single env's plus ``num_envs``, ``group_size``, ``autoreset_mode``.
+    Every call is transactional: it validates and computes first and changes the envs
+    last, so a call that raises (bad input, a reward function or a forward that throws,
+    Ctrl-C) leaves every env exactly as before; the same step can simply be retried.
+
+    Arguments are the single env's plus ``num_envs``, ``group_size``, ``autoreset_mode`` and
+    ``array_type``.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4, "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, num_envs: int = 1, preset: str | Preset = "Cosmos3Rollout-v0", *, group_size: int = 1,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 device=None, dtype=None, reward_fn=None, generator=None, **overrides):
+                 device=None, dtype=None, reward_fn=None, model=None, array_type: str = "numpy", **overrides):
         preset = load_preset(preset) if isinstance(preset, str) else preset
         self.preset = preset.override(**overrides)
-        if not isinstance(group_size, int) or group_size < 1 or num_envs % group_size:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs={num_envs!r} is invalid; use an integer >= 1")
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or num_envs % group_size:
             raise ValueError(f"group_size={group_size!r} must be a positive divisor of num_envs={num_envs}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        if array_type not in ARRAY_TYPES:
+            raise ValueError(f"array_type={array_type!r} is not supported; choose one of {ARRAY_TYPES}")
+        if reward_fn is not None and not callable(reward_fn):
+            raise ValueError(f"reward_fn={reward_fn!r} is not callable; pass reward(frames, prompts) -> float32 [B]")
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
-        self.num_envs, self.group_size, self.render_mode = num_envs, group_size, render_mode
+        self.num_envs, self.group_size, self.render_mode, self.array_type = num_envs, group_size, render_mode, array_type
         self.reward_fn = reward_fn or REWARDS[self.preset.reward]
-        self.engine = build_engine(self.preset, num_envs, device=device, dtype=dtype, generator=generator)
+        self.engine: RolloutEngine = build_engine(self.preset, num_envs, device=device, dtype=dtype, model=model)
         self.device = self.engine.device
         self.single_observation_space = observation_space(self.engine.latent_shape, self.engine.num_steps)
         self.single_action_space = action_space(self.preset, self.engine.latent_shape)
@@ -71,20 +97,36 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         self._was_reset = False
         self._rng = np.random.default_rng()
 
-    # --- observations ---------------------------------------------------------------
+    @property
+    def model(self):
+        """The :class:`~cosmos3_gym.model.Cosmos3Model` (possibly shared with other envs)."""
+        return self.engine.model
+
+    @property
+    def weights_version(self) -> int:
+        return self.engine.weights_version
+
+    # --- outputs --------------------------------------------------------------------
+    def _out(self, value):
+        """A torch tensor as this env's array type (numpy on the host, or the tensor itself)."""
+        if self.array_type == "torch" or not isinstance(value, torch.Tensor):
+            return value
+        return value.detach().cpu().numpy()
+
     def _obs(self) -> dict:
-        engine = self.engine
-        steps = torch.tensor(engine.steps, device=self.device)
+        episodes = [self.engine.episode(i) for i in range(self.num_envs)]
+        steps = torch.tensor([[e.step] for e in episodes], device=self.device)
         return {
-            "latent": engine.latents.clone(),
-            "sigma": engine.sigmas.gather(1, steps[:, None]).clone(),
-            "step": steps,
+            "latent": self._out(torch.stack([e.latent for e in episodes]).clone()),
+            "sigma": self._out(torch.stack([e.sigmas[e.step : e.step + 1] for e in episodes]).clone()),
+            "step": self._out(steps),
         }
 
     @staticmethod
     def numpy_obs(obs: dict) -> dict:
-        """The numpy view of an observation dict (for numpy-based code)."""
-        return {key: value.detach().cpu().numpy() for key, value in obs.items()}
+        """The numpy view of an observation dict (for ``array_type="torch"`` users)."""
+        return {key: value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+                for key, value in obs.items()}
 
     # --- reset ----------------------------------------------------------------------
     def _per_env(self, name: str, value, default) -> list:
@@ -93,6 +135,8 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             value = default
         if isinstance(value, str):
             return [value] * self.num_envs
+        if not isinstance(value, (list, tuple, np.ndarray)):
+            raise ValueError(f"options[{name!r}]={value!r} is not a str or a list of str")
         value = list(value)
         groups = self.num_envs // self.group_size
         if len(value) == self.num_envs and self.group_size == 1:
@@ -102,47 +146,66 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         allowed = f"{self.num_envs} (one per env)" if self.group_size == 1 else f"{groups} (one per group)"
         raise ValueError(f"options[{name!r}] has {len(value)} entries; expected a str or a list of {allowed}")
 
-    def _draw_prompts(self, count: int) -> list[str]:
-        prompts = self.preset.prompts
-        return [prompts[int(i)] for i in self._rng.integers(len(prompts), size=count)]
+    @staticmethod
+    def _draw_prompts(rng: np.random.Generator, prompts: tuple[str, ...], count: int) -> list[str]:
+        return [prompts[int(i)] for i in rng.integers(len(prompts), size=count)]
 
-    def _start(self, envs: list[int], seeds: list[int], prompts: list[str], negatives: list[str]) -> None:
-        self.engine.reset_slots(envs, seeds, prompts, negatives)
-        self._needs_reset[envs] = False
+    @staticmethod
+    def _draw_seeds(rng: np.random.Generator, count: int) -> list[int]:
+        return [int(s) for s in rng.integers(SEED_RANGE[0], SEED_RANGE[1], size=count, endpoint=True)]
 
-    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
-        options = checked_options(options, OPTION_KEYS)
-        mask = np.asarray(options.pop("reset_mask", np.ones(self.num_envs, dtype=bool)), dtype=bool)
-        if mask.shape != (self.num_envs,):
-            raise ValueError(f"options['reset_mask'] has shape {mask.shape}; expected ({self.num_envs},)")
+    def _seeds(self, seed) -> tuple[list[int], np.random.Generator]:
+        """Per-env seeds for ``reset(seed=...)`` and the env RNG to continue with (not installed)."""
         if isinstance(seed, (list, tuple, np.ndarray)):
             if len(seed) != self.num_envs:
                 raise ValueError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs})")
-            seeds = [int(s) for s in seed]
-            self._rng = np.random.default_rng(seeds[0])
-        elif seed is not None:
-            seeds = [int(seed) + i for i in range(self.num_envs)]
-            self._rng = np.random.default_rng(int(seed))
-        else:
-            seeds = [int(s) for s in self._rng.integers(0, 2**62, size=self.num_envs)]
+            seeds = [checked_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
+            return seeds, np.random.default_rng(seeds[0])
+        if seed is not None:
+            first = checked_seed(seed)
+            if first + self.num_envs - 1 > SEED_RANGE[1]:
+                raise ValueError(f"seed={seed} is too large for {self.num_envs} envs (env i gets seed + i <= 2**63 - 1)")
+            return [first + i for i in range(self.num_envs)], np.random.default_rng(first)
+        rng = self._rng_copy()
+        return self._draw_seeds(rng, self.num_envs), rng
+
+    def _rng_copy(self) -> np.random.Generator:
+        """The env RNG's continuation, to draw from and install only once a call succeeds."""
+        rng = np.random.default_rng()
+        rng.bit_generator.state = self._rng.bit_generator.state
+        return rng
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
+        options = checked_options(options, OPTION_KEYS)
+        mask = np.asarray(options.pop("reset_mask", np.ones(self.num_envs, dtype=bool)))
+        if mask.shape != (self.num_envs,) or mask.dtype != bool:
+            raise ValueError(f"options['reset_mask'] is {mask!r}; expected a bool array of shape ({self.num_envs},)")
+        if not mask.all() and not self._was_reset:
+            raise ValueError("options['reset_mask'] must select every env on the first reset()")
+        seeds, rng = self._seeds(seed)
         groups = self.num_envs // self.group_size
-        prompts = self._per_env("prompt", options.get("prompt"), self._draw_prompts(groups))
+        prompts = self._per_env("prompt", options.get("prompt"), self._draw_prompts(rng, self.preset.prompts, groups))
         negatives = self._per_env("negative_prompt", options.get("negative_prompt"), self.preset.negative_prompt)
-        envs = [i for i in range(self.num_envs) if mask[i]]
-        self._start(envs, [seeds[i] for i in envs], [prompts[i] for i in envs], [negatives[i] for i in envs])
+        envs = np.flatnonzero(mask).tolist()
+        episodes = self.engine.prepare_reset(envs, [seeds[i] for i in envs], [prompts[i] for i in envs],
+                                             [negatives[i] for i in envs])
+        # Everything is checked: install.
+        self.engine.commit(resets=dict(zip(envs, episodes)))
+        self._rng = rng
+        self._needs_reset[envs] = False
         self._was_reset = True
-        infos = {"seed": np.array(seeds), "prompt": np.array(prompts, dtype=object)}
+        infos = {"seed": np.array(seeds, dtype=np.int64), "prompt": np.array(prompts, dtype=object),
+                 "_seed": mask.copy(), "_prompt": mask.copy()}
         return self._obs(), infos
 
-    def _autoreset(self, envs: list[int]) -> None:
-        """Fresh episodes for ``envs``: new seeds; one new prompt per GRPO group."""
-        seeds = [int(s) for s in self._rng.integers(0, 2**62, size=len(envs))]
+    def _prepare_autoreset(self, envs: list[int], rng: np.random.Generator) -> dict:
+        """Fresh episodes for ``envs`` (new seeds; one new prompt per GRPO group), not installed."""
+        seeds = self._draw_seeds(rng, len(envs))
         group_prompts = {}
         for env in envs:
-            group = env // self.group_size
-            group_prompts.setdefault(group, self._draw_prompts(1)[0])
-        self._start(envs, seeds, [group_prompts[e // self.group_size] for e in envs],
-                    [self.preset.negative_prompt] * len(envs))
+            group_prompts.setdefault(env // self.group_size, self._draw_prompts(rng, self.preset.prompts, 1)[0])
+        prompts = [group_prompts[e // self.group_size] for e in envs]
+        return dict(zip(envs, self.engine.prepare_reset(envs, seeds, prompts, [self.preset.negative_prompt] * len(envs))))
 
     # --- step -----------------------------------------------------------------------
     def step(self, actions):
@@ -154,108 +217,151 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         if resetting and self.autoreset_mode != AutoresetMode.NEXT_STEP:
             raise RuntimeError(f"envs {resetting} have ended their episodes: call reset() "
                                f"(autoreset_mode={self.autoreset_mode.value})")
-        if resetting:
-            self._autoreset(resetting)
-        return self._step(actions, [i for i in range(n) if i not in resetting])
-
-    def _step(self, actions: torch.Tensor, stepping: list[int]):
-        n = self.num_envs
+        rng = self._rng_copy()
+        resets = self._prepare_autoreset(resetting, rng) if resetting else {}
+        stepping = [i for i in range(n) if i not in resetting]
         rewards = torch.zeros(n, device=self.device)
         terminations = torch.zeros(n, dtype=torch.bool, device=self.device)
         infos: dict = {}
-        if stepping:
-            index = torch.tensor(stepping, device=self.device)
-            if self.preset.action_mode == "noise":
-                guidance = torch.full((len(stepping),), float(self.default_action[0]))
-                noise_level = torch.full((len(stepping),), float(self.default_action[1]))
-                noise = actions[index]
-            else:
-                guidance, noise_level, noise = actions[index, 0], actions[index, 1], None
-            result = self.engine.step(stepping, guidance, noise_level, noise)
-            terminations[index] = result.done
-            infos = self._step_infos(stepping, result, guidance, noise_level)
-            ended = [s for s, d in zip(stepping, result.done.tolist()) if d]
-            if ended:
-                rewards[torch.tensor(ended, device=self.device)] = self._finish(ended, result, infos)
-        truncations = torch.zeros(n, dtype=torch.bool, device=self.device)
-        self._needs_reset[terminations.cpu().numpy()] = True
+        transition, ended, same_step_resets = None, [], {}
+        with torch.no_grad():
+            if stepping:
+                transition = self._prepare_step(actions, stepping)
+                ended = [s for s, d in zip(stepping, transition.done.tolist()) if d]
+                if ended:
+                    rewards[ended], infos = self._score(ended, transition)
+            if ended and self.autoreset_mode == AutoresetMode.SAME_STEP:
+                same_step_resets = self._prepare_autoreset(ended, rng)
+            # Everything that can fail has run: install the step, then the resets.
+            self.engine.commit(transition, resets)
+        if transition is not None:
+            terminations[ended] = True
+            infos.update(self._step_infos(transition))
+        if ended:
+            infos.update(self._out_masked("trajectory", {i: self.engine.trajectory(i) for i in ended}))
+        self._rng = rng
+        self._needs_reset[resetting] = False
+        self._needs_reset[ended] = True
         obs = self._obs()
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and self._needs_reset.any():
+        if same_step_resets:
             infos["final_obs"], infos["final_info"] = obs, dict(infos)
-            infos["_final_obs"] = infos["_final_info"] = terminations.cpu().numpy()
-            self._autoreset([i for i in range(n) if self._needs_reset[i]])
+            infos["_final_obs"] = infos["_final_info"] = np.isin(np.arange(n), ended)
+            self.engine.commit(resets=same_step_resets)
+            self._needs_reset[ended] = False
             obs = self._obs()
+        truncations = torch.zeros(n, dtype=torch.bool, device=self.device)
+        if self.array_type == "numpy":
+            return obs, rewards.cpu().numpy().astype(np.float64), terminations.cpu().numpy(), \
+                truncations.cpu().numpy(), infos
         return obs, rewards, terminations, truncations, infos
 
-    def _step_infos(self, stepping, result, guidance, noise_level) -> dict:
-        n, index = self.num_envs, torch.tensor(stepping, device=self.device)
-        mask = np.zeros(n, dtype=bool)
-        mask[stepping] = True
+    def _prepare_step(self, actions: torch.Tensor, stepping: list[int]):
+        index = torch.tensor(stepping, device=self.device)
+        if self.preset.action_mode == "noise":
+            guidance = torch.full((len(stepping),), float(self.default_action[0]))
+            noise_level = torch.full((len(stepping),), float(self.default_action[1]))
+            noise = actions[index]
+        else:
+            guidance, noise_level, noise = actions[index, 0], actions[index, 1], None
+        return self.engine.prepare_step(stepping, guidance, noise_level, noise)
+
+    def _masked(self, envs: list[int]) -> np.ndarray:
+        return np.isin(np.arange(self.num_envs), envs)
+
+    def _out_masked(self, key: str, values: dict) -> dict:
+        """``{key: object array with values at their envs, _key: mask}``."""
+        column = np.full(self.num_envs, None, dtype=object)
+        for env, value in values.items():
+            column[env] = value
+        return {key: column, f"_{key}": self._masked(list(values))}
+
+    def _step_infos(self, transition) -> dict:
+        n, index = self.num_envs, torch.tensor(transition.slots, device=self.device)
+        mask = self._masked(transition.slots)
         infos = {}
-        for key, values in (("log_prob", result.log_prob), ("log_prob_sum", result.log_prob_sum),
-                            ("sigma", result.sigma), ("sigma_next", result.sigma_next),
-                            ("timestep", result.timestep), ("guidance_scale", guidance),
-                            ("noise_level", noise_level)):
+        for key, field in STEP_INFO:
             full = torch.full((n,), float("nan"), device=self.device)
-            full[index] = values.to(self.device, torch.float32)
-            infos[key], infos[f"_{key}"] = full, mask
-        infos["weights_version"] = np.full(n, self.engine.weights_version)
+            full[index] = getattr(transition, field).to(self.device, torch.float32)
+            infos[key], infos[f"_{key}"] = self._out(full), mask
+        deterministic = torch.zeros(n, dtype=torch.bool, device=self.device)
+        deterministic[index] = transition.deterministic
+        infos["deterministic"], infos["_deterministic"] = self._out(deterministic), mask
+        infos["weights_version"] = np.full(n, transition.weights_version, dtype=np.int64)
         infos["_weights_version"] = mask
         return infos
 
-    def _finish(self, ended: list[int], result, infos: dict) -> torch.Tensor:
-        """Attach trajectories; decode the ended episodes in one batch and score them."""
-        n = self.num_envs
-        mask = np.isin(np.arange(n), ended)
-        trajectories = np.full(n, None, dtype=object)
-        for i in ended:
-            trajectories[i] = self.engine.trajectory(i)
-        infos.update(trajectory=trajectories, _trajectory=mask)
-        finite = dict(zip(result.slots, result.finite.tolist()))
+    def _score(self, ended: list[int], transition) -> tuple[torch.Tensor, dict]:
+        """Rewards of the ended envs (decoded from the not yet installed latents) and their infos."""
+        n, infos = self.num_envs, {}
+        finite = dict(zip(transition.slots, transition.finite.tolist()))
+        rows = {slot: j for j, slot in enumerate(transition.slots)}
         errors = [i for i in ended if not finite[i]]
         if errors:
             error = np.full(n, "", dtype=object)
             for i in errors:
-                error[i] = f"the latent became NaN/Inf at step {self.engine.steps[i] - 1}; the episode ends here"
-            infos["error"], infos["_error"] = error, np.isin(np.arange(n), errors)
+                error[i] = nan_error(self.engine.episode(i).step)
+            infos["error"], infos["_error"] = error, self._masked(errors)
         rewards = torch.zeros(len(ended), device=self.device)
         scored = [i for i in ended if finite[i]]
         if self.reward_fn is None or not scored:
-            return rewards
-        frames = self.engine.decode(scored)
-        values = checked_reward(self.reward_fn, frames, [self.engine.prompts[i] for i in scored])
+            return rewards, infos
+        frames = self.engine.model.decode(transition.latents[[rows[i] for i in scored]])
+        values = checked_reward(self.reward_fn, frames, [self.engine.episode(i).prompt for i in scored])
         rewards[[ended.index(i) for i in scored]] = torch.as_tensor(values, device=self.device)
         all_frames = np.zeros((n, *frames.shape[1:]), dtype=np.uint8)
         all_frames[scored] = frames
-        infos.update(frames=all_frames, _frames=np.isin(np.arange(n), scored))
-        return rewards
+        infos.update(frames=all_frames, _frames=self._masked(scored))
+        return rewards, infos
 
-    # --- branching ------------------------------------------------------------------
+    # --- branching, state, weights ----------------------------------------------------
     def fork(self, src: int, dst: list[int], seeds: list[int | None] | None = None) -> list[int | None]:
         """Copy env ``src``'s whole state (latent, generator, step, grid, tokens, history) into ``dst``.
 
         Each child is reseeded with ``seeds[j]`` (default: fresh distinct seeds), so children
         diverge from the next step on; ``None`` keeps the parent's generator state, so that
-        child reproduces the parent exactly. Returns the seeds used.
+        child reproduces the parent exactly. Returns the seeds used. Checked whole first: a
+        bad argument changes no env.
         """
         n = self.num_envs
-        dst = [int(d) for d in dst]
-        if not 0 <= int(src) < n or any(not 0 <= d < n for d in dst):
-            raise ValueError(f"fork(src={src}, dst={dst}): indices must lie in [0, {n})")
-        if int(src) in dst:
-            raise ValueError(f"fork(src={src}, dst={dst}): dst must not contain src")
-        if seeds is None:
-            seeds = [int(s) for s in self._rng.integers(0, 2**62, size=len(dst))]
-        if len(seeds) != len(dst):
-            raise ValueError(f"fork: {len(seeds)} seeds for {len(dst)} children")
+        if isinstance(src, bool) or not isinstance(src, (int, np.integer)) or not 0 <= int(src) < n:
+            raise ValueError(f"fork(src={src!r}): src must be an env index in [0, {n})")
+        dst = list(dst)
+        if not dst or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= int(d) < n
+                          for d in dst):
+            raise ValueError(f"fork(dst={dst!r}): dst must be a non-empty list of env indices in [0, {n})")
+        src, dst = int(src), [int(d) for d in dst]
+        if src in dst or len(set(dst)) != len(dst):
+            raise ValueError(f"fork(src={src}, dst={dst}): dst must be distinct and must not contain src")
         if self._needs_reset[src]:
             raise ValueError(f"fork(src={src}): env {src} has no running episode to branch")
-        self.engine.fork(int(src), dst, list(seeds))
+        rng = self._rng_copy()
+        seeds = self._draw_seeds(rng, len(dst)) if seeds is None else list(seeds)
+        children = self.engine.prepare_fork(src, dst, seeds)
+        self.engine.commit(resets=children)
+        self._rng = rng
         self._needs_reset[dst] = False
-        return list(seeds)
+        return seeds
+
+    def get_state(self) -> dict:
+        """A deep copy of every env's episode and the env's own RNG (restore with :meth:`set_state`)."""
+        return {"engine": self.engine.get_state(), "needs_reset": self._needs_reset.copy(),
+                "was_reset": self._was_reset, "rng": self._rng.bit_generator.state}
+
+    def set_state(self, state: dict) -> None:
+        """Restore a :meth:`get_state` snapshot; a mid-episode snapshot makes the envs steppable
+        again from that point. A snapshot of another configuration raises and changes nothing."""
+        if not isinstance(state, dict) or set(state) != {"engine", "needs_reset", "was_reset", "rng"}:
+            raise ValueError("set_state expects a dict returned by get_state() of this kind of env")
+        needs_reset = np.asarray(state["needs_reset"], dtype=bool)
+        if needs_reset.shape != (self.num_envs,):
+            raise ValueError(f"set_state: the state holds {needs_reset.shape[0]} envs; this env has {self.num_envs}")
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state["rng"]
+        self.engine.set_state(state["engine"])  # validates whole before changing
+        self._needs_reset, self._was_reset, self._rng = needs_reset.copy(), bool(state["was_reset"]), rng
 
     def update_weights(self, weights) -> int:
-        """New transformer weights from a trainer; see :meth:`RolloutEngine.update_weights`."""
+        """New transformer weights from a trainer; see :meth:`Cosmos3Model.update_weights`."""
         return self.engine.update_weights(weights)
 
     def render(self):

@@ -25,7 +25,7 @@ from tqdm import tqdm
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.args import parse_args
 from cosmos3_gym.engine import RolloutEngine
-from cosmos3_gym.generator import Cosmos3Generator
+from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.plots import reward_curve
 
 
@@ -56,7 +56,7 @@ def main(args: Args) -> None:
     actions = torch.tensor(venv.default_action).repeat(num_envs, 1)
 
     # The trainer's own copy of the model, and an engine over it that replays trajectories with autograd.
-    policy = Cosmos3Generator.embedded(device="cpu")
+    policy = Cosmos3Model.embedded(device="cpu")
     policy.transformer.requires_grad_(True)
     trainer = RolloutEngine(policy, num_envs, num_frames=venv.preset.num_frames, height=venv.preset.height,
                             width=venv.preset.width, fps=venv.preset.fps, grid=venv.engine.grid, kind=venv.preset.kind)

@@ -3,14 +3,14 @@ import pytest
 import torch
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.generator import Cosmos3Generator
+from cosmos3_gym.model import Cosmos3Model
 
 torch.set_num_threads(2)
 
 
 @pytest.fixture(scope="session")
-def tiny_generator():
-    return Cosmos3Generator.embedded(device="cpu")
+def tiny_model():
+    return Cosmos3Model.embedded(device="cpu")
 
 
 @pytest.fixture

@@ -5,44 +5,44 @@ import copy
 import pytest
 import torch
 
-from cosmos3_gym.generator import Cosmos3Generator
+from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.packing import FLEX_PAD_MULTIPLE, RowSpec
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-def test_flex_and_sdpa_backends_agree(tiny_generator):
+def test_flex_and_sdpa_backends_agree(tiny_model):
     with pytest.raises(ValueError, match="attention='dense'"):
-        Cosmos3Generator(tiny_generator.pipeline, "cpu", torch.float32, attention="dense")
+        Cosmos3Model(tiny_model.pipeline, "cpu", torch.float32, attention="dense")
     # Shares the model; compile=False keeps the shared modules uncompiled for the other tests.
-    flex = Cosmos3Generator(tiny_generator.pipeline, "cpu", torch.float32, attention="flex", compile=False)
-    shape = tiny_generator.latent_shape(9, 32, 32)
+    flex = Cosmos3Model(tiny_model.pipeline, "cpu", torch.float32, attention="flex", compile=False)
+    shape = tiny_model.latent_shape(9, 32, 32)
     prompts = ["a red ball", "a green square slides to the left", "", "a blue ball falls down"]
-    rows = [RowSpec(tuple(tiny_generator.tokenize(p, "", 9, 32, 32, 24.0)[0]), *shape[1:], 24.0) for p in prompts]
+    rows = [RowSpec(tuple(tiny_model.tokenize(p, "", 9, 32, 32, 24.0)[0]), *shape[1:], 24.0) for p in prompts]
     g = torch.Generator().manual_seed(0)
     latents = [torch.randn(1, *shape, generator=g) for _ in rows]
     timesteps = [999.0, 700.0, 400.0, 100.0]
     packed_flex = flex.pack(rows)
     assert packed_flex.und_len % FLEX_PAD_MULTIPLE == 0 and packed_flex.und_len > sum(len(r.input_ids) for r in rows)
     v_flex = flex.velocity(packed_flex, latents, timesteps)
-    tiny_generator.install_processors()  # the shared model gets its own processors back
-    v_sdpa = tiny_generator.velocity(tiny_generator.pack(rows), latents, timesteps)
+    tiny_model.install_processors()  # the shared model gets its own processors back
+    v_sdpa = tiny_model.velocity(tiny_model.pack(rows), latents, timesteps)
     for a, b in zip(v_flex, v_sdpa):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
     assert (v_sdpa[0] - v_sdpa[1]).abs().max() > 1e-2
 
 
-def test_compiled_vision_pathway_matches_eager(tiny_generator):
+def test_compiled_vision_pathway_matches_eager(tiny_model):
     """The GPU path compiles norms, MLPs and rotary embeddings; the math must not change."""
-    pipeline = copy.deepcopy(tiny_generator.pipeline)
-    compiled = Cosmos3Generator(pipeline, "cpu", torch.float32, compile=True)
-    shape = tiny_generator.latent_shape(9, 32, 32)
-    rows = [RowSpec(tuple(tiny_generator.tokenize(p, "", 9, 32, 32, 24.0)[0]), *shape[1:], 24.0)
+    pipeline = copy.deepcopy(tiny_model.pipeline)
+    compiled = Cosmos3Model(pipeline, "cpu", torch.float32, compile=True)
+    shape = tiny_model.latent_shape(9, 32, 32)
+    rows = [RowSpec(tuple(tiny_model.tokenize(p, "", 9, 32, 32, 24.0)[0]), *shape[1:], 24.0)
             for p in ("a red ball", "a blue ball falls")]
     latents = [torch.randn(1, *shape, generator=torch.Generator().manual_seed(i)) for i in range(2)]
     for text_cached_step in range(2):  # the recording forward, then the text-cached one
-        packed_c, packed_e = compiled.pack(rows), tiny_generator.pack(rows)
+        packed_c, packed_e = compiled.pack(rows), tiny_model.pack(rows)
         for _ in range(text_cached_step + 1):
             v_compiled = compiled.velocity(packed_c, latents, [800.0, 300.0])
-            v_eager = tiny_generator.velocity(packed_e, latents, [800.0, 300.0])
+            v_eager = tiny_model.velocity(packed_e, latents, [800.0, 300.0])
         for a, b in zip(v_compiled, v_eager):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

@@ -2,10 +2,11 @@
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
-from cosmos3_gym.generator import Cosmos3Generator
+from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.tiny_model import TINY_CHECKPOINT, build_tiny_checkpoint
 
 
@@ -31,7 +32,7 @@ def test_shipped_checkpoint_is_the_builders_model_trained(tmp_path):
 
 def test_loads_through_the_checkpoint_loader(tmp_path):
     build_tiny_checkpoint(tmp_path)
-    generator = Cosmos3Generator.from_pretrained(tmp_path, device="cpu")
+    generator = Cosmos3Model.from_pretrained(tmp_path, device="cpu")
     assert type(generator.transformer).__name__ == "Cosmos3OmniTransformer"
     assert type(generator.vae).__name__ == "AutoencoderKLWan"
     assert generator.dtype == torch.float32
@@ -48,5 +49,109 @@ def test_trainer_runs_and_its_output_loads(tmp_path):
     record = json.loads((tmp_path / "training.json").read_text())
     assert [r["stage"] for r in record["log"]] == ["vae", "vae", "transformer", "transformer"]
     assert (tmp_path / "training_curve.png").stat().st_size > 1000
-    generator = Cosmos3Generator.from_pretrained(tmp_path, device="cpu")
+    generator = Cosmos3Model.from_pretrained(tmp_path, device="cpu")
     assert generator.vae.config.latents_mean != [0.0] * 4
+
+
+# --- the loader reads no pickle and instantiates only allow-listed classes ----------------------------------
+
+class _Planted:
+    """Unpickling this creates ``path``: the marker that a pickle from the checkpoint was read."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def _tampered_copy(tmp_path, edit=None):
+    import shutil
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(TINY_CHECKPOINT, ckpt)
+    if edit:
+        file, key, value = edit
+        config = json.loads((ckpt / file).read_text())
+        config[key] = value
+        (ckpt / file).write_text(json.dumps(config))
+    return ckpt
+
+
+def _plant_pickle(folder, tmp_path):
+    marker = tmp_path / "unpickled"
+    torch.save({"weight": _Planted(marker)}, folder / "diffusion_pytorch_model.bin")
+    return marker
+
+
+@pytest.fixture
+def no_torch_load(monkeypatch):
+    """Fail the test if anything calls ``torch.load`` (which reads a pickle)."""
+    calls = []
+    monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(a) or pytest.fail(f"torch.load{a}"))
+    return calls
+
+
+def test_scheduler_naming_a_model_class_is_refused_before_any_pickle_is_read(tmp_path, no_torch_load):
+    ckpt = _tampered_copy(tmp_path, ("scheduler/scheduler_config.json", "_class_name", "AutoencoderKLWan"))
+    (ckpt / "scheduler" / "config.json").write_text((ckpt / "vae" / "config.json").read_text())
+    marker = _plant_pickle(ckpt / "scheduler", tmp_path)
+    with pytest.raises(ValueError, match=r"'scheduler'.*'AutoencoderKLWan'.*UniPCMultistepScheduler") as err:
+        Cosmos3Model.from_pretrained(ckpt, device="cpu")
+    assert "FlowMatchEulerDiscreteScheduler" in str(err.value)
+    assert not marker.exists() and no_torch_load == []
+
+
+def test_scheduler_is_built_from_its_json_config_only(tmp_path, no_torch_load):
+    ckpt = _tampered_copy(tmp_path, ("scheduler/scheduler_config.json", "_class_name",
+                                     "FlowMatchEulerDiscreteScheduler"))
+    marker = _plant_pickle(ckpt / "scheduler", tmp_path)
+    model = Cosmos3Model.from_pretrained(ckpt, device="cpu")
+    assert type(model.scheduler).__name__ == "FlowMatchEulerDiscreteScheduler"
+    assert model.scheduler.config.num_train_timesteps == 1000
+    assert not marker.exists() and no_torch_load == []
+
+
+@pytest.mark.parametrize("component,file", [("transformer", "transformer/config.json"),
+                                            ("vae", "vae/config.json")])
+def test_model_component_of_another_class_is_refused(tmp_path, component, file):
+    ckpt = _tampered_copy(tmp_path, (file, "_class_name", "UNet2DConditionModel"))
+    with pytest.raises(ValueError, match=rf"'{component}'.*'UNet2DConditionModel'.*allowed"):
+        Cosmos3Model.from_pretrained(ckpt, device="cpu")
+
+
+def test_pickle_weights_without_safetensors_are_refused(tmp_path, no_torch_load):
+    ckpt = _tampered_copy(tmp_path)
+    (ckpt / "vae" / "diffusion_pytorch_model.safetensors").unlink()
+    marker = _plant_pickle(ckpt / "vae", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"'vae'.*safetensors.*diffusion_pytorch_model\.bin.*refused"):
+        Cosmos3Model.from_pretrained(ckpt, device="cpu")
+    assert not marker.exists()
+
+
+def test_sharded_index_pointing_at_a_pickle_is_refused(tmp_path, no_torch_load):
+    ckpt = _tampered_copy(tmp_path)
+    folder = ckpt / "transformer"
+    names = load_file(folder / "diffusion_pytorch_model.safetensors").keys()
+    (folder / "diffusion_pytorch_model.safetensors").rename(folder / "diffusion_pytorch_model-00001.safetensors")
+    marker = tmp_path / "unpickled"
+    torch.save({"weight": _Planted(marker)}, folder / "diffusion_pytorch_model-00002.bin")
+    index = {"metadata": {}, "weight_map": {name: "diffusion_pytorch_model-00001.safetensors" for name in names}}
+    index["weight_map"]["extra"] = "diffusion_pytorch_model-00002.bin"
+    (folder / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match=r"'transformer'.*00002\.bin"):
+        Cosmos3Model.from_pretrained(ckpt, device="cpu")
+    assert not marker.exists() and no_torch_load == []
+
+
+def test_tokenizer_with_custom_code_is_refused(tmp_path):
+    auto_map = {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}
+    ckpt = _tampered_copy(tmp_path, ("text_tokenizer/tokenizer_config.json", "auto_map", auto_map))
+    with pytest.raises(ValueError, match=r"'text_tokenizer'.*auto_map.*custom code"):
+        Cosmos3Model.from_pretrained(ckpt, device="cpu")
+
+
+def test_untampered_copy_still_loads(tmp_path, no_torch_load):
+    model = Cosmos3Model.from_pretrained(_tampered_copy(tmp_path), device="cpu")
+    assert type(model.scheduler).__name__ == "UniPCMultistepScheduler"
+    assert model.scheduler.config.flow_shift == 3.0

@@ -12,23 +12,23 @@ from cosmos3_gym.schedule import serving_grid
 
 
 @pytest.fixture
-def stock_pipeline(tiny_generator):
+def stock_pipeline(tiny_model):
     """The same weights behind diffusers' own pipeline and attention processor."""
-    transformer = copy.deepcopy(tiny_generator.transformer)
+    transformer = copy.deepcopy(tiny_model.transformer)
     transformer.set_attn_processor(Cosmos3AttnProcessor())
-    return Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tiny_generator.tokenizer,
-                               vae=tiny_generator.vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+    return Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tiny_model.tokenizer,
+                               vae=tiny_model.vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
                                enable_safety_checker=False)
 
 
 @pytest.mark.parametrize("num_frames,height,width", [(9, 32, 32), (1, 32, 48)])
-def test_ode_rollout_equals_pipeline(tiny_generator, stock_pipeline, num_frames, height, width):
+def test_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, num_frames, height, width):
     prompt, negative, steps, guidance = "a red ball bounces to the right", "blurry", 4, 6.0
     grid = serving_grid(stock_pipeline.scheduler, steps)
-    engine = RolloutEngine(tiny_generator, 1, num_frames=num_frames, height=height, width=width, fps=24.0,
+    engine = RolloutEngine(tiny_model, 1, num_frames=num_frames, height=height, width=width, fps=24.0,
                            grid=grid, kind="ode")
     engine.reset_slots([0], [7], [prompt], [negative])
-    initial = engine.latents.clone()
+    initial = engine.episode(0).latent.clone()[None]
     for _ in range(steps):
         engine.step([0], torch.tensor([guidance]), torch.tensor([0.0]))
 
@@ -38,21 +38,22 @@ def test_ode_rollout_equals_pipeline(tiny_generator, stock_pipeline, num_frames,
                               enable_safety_check=False).video
     # Same seed => the engine drew the pipeline's initial latent.
     torch.testing.assert_close(initial, torch.randn(expected.shape, generator=torch.Generator().manual_seed(7)))
-    assert (engine.latents - initial).abs().max() > 0.1  # the rollout moved
-    torch.testing.assert_close(engine.latents, expected.float(), rtol=0, atol=1e-5)
+    final = engine.episode(0).latent[None]
+    assert (final - initial).abs().max() > 0.1  # the rollout moved
+    torch.testing.assert_close(final, expected.float(), rtol=0, atol=1e-5)
 
 
-def test_tokens_match_pipeline(tiny_generator, stock_pipeline):
-    cond, uncond = tiny_generator.tokenize("a blue ball falls", "", 9, 32, 32, 24.0)
+def test_tokens_match_pipeline(tiny_model, stock_pipeline):
+    cond, uncond = tiny_model.tokenize("a blue ball falls", "", 9, 32, 32, 24.0)
     ref_cond, ref_uncond = stock_pipeline.tokenize_prompt("a blue ball falls", "", num_frames=9, height=32, width=32)
     assert cond == ref_cond and uncond == ref_uncond
-    text = tiny_generator.tokenizer.decode(cond)
+    text = tiny_model.tokenizer.decode(cond)
     assert "generate videos" in text and "32x32 resolution" in text and text.endswith("<|vision_start|>")
 
 
-def test_decoded_frames_match_pipeline(tiny_generator, stock_pipeline):
+def test_decoded_frames_match_pipeline(tiny_model, stock_pipeline):
     grid = serving_grid(stock_pipeline.scheduler, 2)
-    engine = RolloutEngine(tiny_generator, 1, num_frames=9, height=32, width=32, fps=24.0, grid=grid, kind="ode")
+    engine = RolloutEngine(tiny_model, 1, num_frames=9, height=32, width=32, fps=24.0, grid=grid, kind="ode")
     engine.reset_slots([0], [3], ["a green square"], [""])
     for _ in range(2):
         engine.step([0], torch.tensor([6.0]), torch.tensor([0.0]))

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from cosmos3_gym.bench import random_generator
+from cosmos3_gym.bench import random_model
 from cosmos3_gym.packing import RowSpec
 from cosmos3_gym.vector_env import Cosmos3RolloutVectorEnv
 
@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def test_flex_rows_equal_sdpa_rows_at_a_real_head_size():
-    generator = random_generator("edge", "cuda", torch.bfloat16, compile=False)
+    generator = random_model("edge", "cuda", torch.bfloat16, compile=False)
     shape = generator.latent_shape(9, 256, 256)
     rows = [RowSpec(tuple(generator.tokenize(p, "", 9, 256, 256, 24.0)[0]), *shape[1:], 24.0)
             for p in ("a red ball", "a much longer prompt about a green square sliding to the left")]

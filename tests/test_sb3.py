@@ -20,9 +20,10 @@ def test_same_step_autoreset_with_terminal_observation():
     obs, rewards, dones, infos = env.step(actions)
     assert dones.all() and rewards.dtype == np.float32 and (rewards > 0).all()
     assert (obs["step"] == 0).all()  # already reset
-    assert all(info["terminal_observation"]["step"] == 2 for info in infos)
+    assert all(info["terminal_observation"]["step"] == [2] for info in infos)
     np.testing.assert_array_equal(infos[1]["terminal_observation"]["latent"], infos[1]["trajectory"].latents[-1])
-    assert env.get_attr("prompt", indices=[0, 2]) == [env.venv.engine.prompts[0], env.venv.engine.prompts[2]]
+    engine = env.venv.engine
+    assert env.get_attr("prompt", indices=[0, 2]) == [engine.episode(0).prompt, engine.episode(2).prompt]
     assert env.env_is_wrapped(VecMonitor) == [False] * 3
 
 

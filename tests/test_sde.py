@@ -51,14 +51,15 @@ def test_zero_noise_level_is_the_ode_mean(kind):
     ode = x + v * (0.4 - 0.6)
     torch.testing.assert_close(out.mean, ode, rtol=0, atol=1e-6)
     assert torch.all(out.scale == 0)
-    assert torch.isnan(out.log_prob).all()
+    assert (out.log_prob == 0).all() and out.deterministic.all()  # a point mass: log-prob 0
 
 
-def test_ode_is_euler_and_has_no_log_prob():
+def test_ode_is_euler_and_a_point_mass():
     x, v = torch.ones(2, 5), torch.full((2, 5), 2.0)
     out = sde_step(v, x, 0.5, 0.25, kind="ode")
     torch.testing.assert_close(out.next_sample, torch.full((2, 5), 0.5))
-    assert torch.isnan(out.log_prob).all() and torch.isnan(out.log_prob_sum).all()
+    # A deterministic step is reported as a point mass: log-prob 0, flagged, never NaN.
+    assert (out.log_prob == 0).all() and (out.log_prob_sum == 0).all() and out.deterministic.all()
 
 
 @pytest.mark.parametrize("kind", ["sde", "cps"])

@@ -22,11 +22,13 @@ def test_replayed_log_probs_match_the_rollout(make_env, tmp_path, kind):
     loaded = Trajectory.load(path)
 
     rollout = torch.tensor([info["log_prob"] for info in infos])
-    torch.testing.assert_close(loaded.log_probs, rollout, rtol=0, atol=0, equal_nan=True)
-    finite = torch.isfinite(rollout)
-    assert finite[:-1].all()  # only cps's last step (sigma_next = 0) is deterministic
+    torch.testing.assert_close(loaded.log_probs, rollout, rtol=0, atol=0)
+    deterministic = [info["deterministic"] for info in infos]
+    # Only cps's last step (sigma_next = 0) is deterministic: a point mass, log-prob 0.
+    assert deterministic == [False] * 5 + [kind == "cps"]
+    assert (rollout[-1] == 0) == (kind == "cps")
     replay = env.unwrapped.engine.replay_log_probs(loaded)
-    ratio = torch.exp(replay[finite] - rollout[finite])
+    ratio = torch.exp(replay - rollout)
     assert (ratio - 1).abs().max() <= 1e-6
     torch.testing.assert_close(loaded.guidance_scales, torch.tensor(np.stack(actions)[:, 0]))
 
@@ -51,7 +53,8 @@ def test_file_is_safetensors_with_json_metadata(make_env, tmp_path):
         meta = json.loads(handle.metadata()["cosmos3_gym.trajectory"])
         assert set(handle.keys()) >= {"latents", "log_probs", "sigmas", "timesteps", "noises"}
         assert handle.get_tensor("latents").shape[0] == 3
-    assert meta["prompt"] == "a blue ball falls down" and meta["seed"] == 0 and meta["weights_version"] == 0
+        assert handle.get_tensor("weights_versions").tolist() == [0, 0]
+    assert meta["prompt"] == "a blue ball falls down" and meta["seed"] == 0
     assert meta["cond_ids"] and meta["uncond_ids"]
 
 
@@ -61,3 +64,45 @@ def test_loading_a_foreign_file_is_refused(tmp_path):
     save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ValueError, match="not a cosmos3_gym trajectory"):
         Trajectory.load(tmp_path / "other.safetensors")
+
+
+def _tampered(path, tmp_path, tensors=None, header=None):
+    """A copy of the saved trajectory at ``path`` with some tensors and header fields replaced."""
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        meta = json.loads(handle.metadata()["cosmos3_gym.trajectory"])
+    values = {**load_file(str(path)), **(tensors or {})}
+    meta.update(header or {})
+    out = tmp_path / "tampered.safetensors"
+    save_file(values, str(out), metadata={"cosmos3_gym.trajectory": json.dumps(meta)})
+    return out
+
+
+@pytest.mark.parametrize("tensors,header,match", [
+    ({"log_probs": torch.zeros(3)}, None, r"'latents' has shape \(3, 4, 3, 8, 8\); a trajectory of 3 steps needs \(4, "),
+    ({"latents": torch.zeros(3, 1, 1, 1)}, None, "latents/noises must be"),
+    ({"noises": torch.zeros(2, 4, 3, 8, 8, dtype=torch.float64)}, None, "'noises' has dtype torch.float64"),
+    ({"weights_versions": torch.zeros(2)}, None, "'weights_versions' has dtype torch.float32; expected torch.int64"),
+    (None, {"kind": "euler"}, "'kind' is 'euler'"),
+    (None, {"seed": "zero"}, "'seed' is 'zero'"),
+    (None, {"cond_ids": ["a"]}, "token ids"),
+    (None, {"surprise": 1}, r"unknown \['surprise'\]"),
+])
+def test_loading_validates_every_field(make_env, tmp_path, tensors, header, match):
+    env = make_env(num_steps=2)
+    _, _, infos = run_episode(env, seed=0)
+    path = tmp_path / "t.safetensors"
+    infos[-1]["trajectory"].save(path)
+    with pytest.raises(ValueError, match=match):
+        Trajectory.load(_tampered(path, tmp_path, tensors, header))
+
+
+def test_loading_refuses_another_configuration(make_env, tmp_path):
+    env = make_env(num_steps=2)
+    _, _, infos = run_episode(env, seed=0)
+    path = tmp_path / "t.safetensors"
+    infos[-1]["trajectory"].save(path)
+    assert Trajectory.load(path, expect={"num_frames": 9, "kind": "sde"}).num_steps == 2
+    with pytest.raises(ValueError, match="num_frames=9; expected num_frames=1"):
+        Trajectory.load(path, expect={"num_frames": 1})

@@ -32,8 +32,8 @@ def vector_rollout(num_envs: int, prompts: list[str], seeds: list[int], env_indi
     for k in range(STEPS):
         actions = torch.tensor([actions_for(i, k) for i in env_indices])
         obs, _, _, _, info = venv.step(actions)
-        log_probs.append(info["log_prob"].numpy())
-    return obs["latent"].numpy(), np.stack(log_probs, axis=1)
+        log_probs.append(info["log_prob"])
+    return obs["latent"], np.stack(log_probs, axis=1)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,337 @@
+"""Cosmos3Model: the diffusers components of a Cosmos 3 checkpoint, resident on one device.
+
+It answers three questions for the rollout engine: which tokens a prompt becomes (exactly
+``Cosmos3OmniPipeline.tokenize_prompt``), what velocity the transformer predicts for a
+batch of rows (one forward for all of them), and what video a latent decodes to. It also
+owns its weights: :meth:`Cosmos3Model.update_weights` and ``weights_version`` live here, so
+every env sharing one model reports the same version.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .packing import ATTENTION_BACKENDS, PackedRows, RowSpec, install_processors
+from .tiny_model import TINY_CHECKPOINT
+from .weights import merged_lora_weights, staged_update
+
+COMPONENTS = {
+    "transformer": "transformer/config.json and its *.safetensors weights",
+    "vae": "vae/config.json and its *.safetensors weights",
+    "text_tokenizer": "text_tokenizer/ (tokenizer files)",
+    "scheduler": "scheduler/scheduler_config.json",
+}
+CONFIG_FILES = {"transformer": "config.json", "vae": "config.json", "scheduler": "scheduler_config.json"}
+# The classes a checkpoint may name. A config is data, but its ``_class_name`` picks whose loader runs:
+# resolving it by name would let a checkpoint point a model loader at a folder holding a pickle.
+ALLOWED_CLASSES = {
+    "transformer": ("Cosmos3OmniTransformer",),
+    "vae": ("AutoencoderKLWan",),
+    # Cosmos3OmniPipeline serves UniPC; FlowMatchEuler runs the same flow-matching sigmas.
+    "scheduler": ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler"),
+}
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")  # torch.load / pickle formats: never read
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype(device) -> torch.dtype:
+    """fp32 on the CPU, bf16 on an accelerator."""
+    return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+
+
+def _json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{what}: {path} is not valid JSON ({e}); restore it from the original checkpoint") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{what}: {path} must hold a JSON object")
+    return data
+
+
+def component_config(path: Path, name: str) -> dict:
+    """The config of component ``name``, refused unless it names one of :data:`ALLOWED_CLASSES`."""
+    file = path / name / CONFIG_FILES[name]
+    if not file.is_file():
+        raise FileNotFoundError(f"checkpoint={str(path)!r} is missing component {name!r}: expected {COMPONENTS[name]}")
+    config = _json(file, f"checkpoint component {name!r}")
+    cls = config.get("_class_name")
+    if cls not in ALLOWED_CLASSES[name]:
+        raise ValueError(f"checkpoint component {name!r} names class {cls!r:.80} in {name}/{CONFIG_FILES[name]}; "
+                         f"allowed: {', '.join(ALLOWED_CLASSES[name])}. Only these are loaded, so a config cannot "
+                         f"send another class's loader to its files; set _class_name to one of them")
+    return config
+
+
+def _check_weights(path: Path, name: str) -> None:
+    """Safetensors only: a ``.bin``/``.pt``/... weight file is a pickle, and unpickling runs code."""
+    folder = path / name
+    if not list(folder.glob("*.safetensors")):
+        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        found = (f"; its pickle weights {pickles[:5]} are refused (unpickling can run code): convert them once, "
+                 f"in a process you trust, with save_pretrained(..., safe_serialization=True)") if pickles else ""
+        raise FileNotFoundError(f"checkpoint={str(path)!r} is missing component {name!r}: expected "
+                                f"{COMPONENTS[name]} (only safetensors weights are accepted){found}")
+    for index in folder.glob("*.index.json"):  # diffusers loads every shard an index names, pickles included
+        shards = _json(index, f"checkpoint component {name!r}").get("weight_map")
+        shards = shards.values() if isinstance(shards, dict) else [shards]
+        bad = sorted({str(s)[:80] for s in shards if not str(s).endswith(".safetensors")})
+        if bad:
+            raise ValueError(f"checkpoint component {name!r}: {index.name} names non-safetensors shards {bad[:5]}; "
+                             f"only *.safetensors shards are accepted: convert them with "
+                             f"save_pretrained(..., safe_serialization=True)")
+
+
+def check_checkpoint(path: str | Path) -> Path:
+    """Vet a checkpoint directory before anything in it is loaded.
+
+    ``FileNotFoundError`` names the first missing component (pickle weights count as missing:
+    only safetensors are read); ``ValueError`` names a component whose config names a class
+    outside :data:`ALLOWED_CLASSES`, whose shard index lists a non-safetensors file, or (the
+    tokenizer) that asks for custom code.
+    """
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint={str(path)!r} is not a directory; pass a local diffusers-layout "
+                                f"Cosmos 3 checkpoint (with {', '.join(COMPONENTS)}) or omit it for the embedded model")
+    for name in ("transformer", "vae"):
+        _check_weights(path, name)
+        component_config(path, name)
+    tokenizer = path / "text_tokenizer"
+    if not tokenizer.is_dir() or not any(tokenizer.iterdir()):
+        raise FileNotFoundError(f"checkpoint={str(path)!r} is missing component 'text_tokenizer': "
+                                f"expected {COMPONENTS['text_tokenizer']}")
+    for file in ("tokenizer_config.json", "config.json"):  # AutoTokenizer reads both
+        if (tokenizer / file).is_file() and "auto_map" in _json(tokenizer / file, "component 'text_tokenizer'"):
+            raise ValueError(f"checkpoint component 'text_tokenizer': text_tokenizer/{file} has an 'auto_map': it asks "
+                             f"to run custom code shipped with the checkpoint, which is refused; use a tokenizer class "
+                             f"built into transformers (remove 'auto_map' and set 'tokenizer_class')")
+    component_config(path, "scheduler")
+    return path
+
+
+class Cosmos3Model:
+    """Transformer, VAE, tokenizer and scheduler config of one checkpoint on one device.
+
+    Load with :meth:`from_pretrained` (a local diffusers-layout directory, safetensors
+    only) or :meth:`embedded` (the tiny model shipped with the package).
+    The components are held by a ``Cosmos3OmniPipeline`` (``self.pipeline``), whose prompt
+    templates and token handling are reused verbatim; the transformer's attention
+    processor is replaced by :class:`~cosmos3_gym.packing.PackedRowsAttnProcessor` so that
+    many rows share one forward without seeing each other.
+    """
+
+    def __init__(self, pipeline, device, dtype, attention: str = "auto", compile: bool | None = None):
+        self.pipeline = pipeline
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.transformer = pipeline.transformer
+        # FlexAttention block-sparse kernels on accelerators (for real head sizes: its kernels need
+        # head_dim >= 64); padded SDPA, exact and simple, on the CPU and for toy models.
+        big_heads = self.transformer.config.head_dim >= 64
+        if attention == "auto":
+            attention = "flex" if self.device.type != "cpu" and big_heads else "sdpa"
+        if attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention={attention!r} is not supported; choose 'auto' or one of {ATTENTION_BACKENDS}")
+        self.attention = attention
+        # torch.compile fuses the elementwise work (norms, rotary embeddings, MLP activations) that
+        # otherwise costs a third of a bf16 forward; worth its warm-up where flex runs.
+        self.compile = attention == "flex" if compile is None else compile
+        self.vae = pipeline.vae
+        self.tokenizer = pipeline.text_tokenizer
+        self.scheduler = pipeline.scheduler
+        self.install_processors()
+        self.transformer.requires_grad_(False).eval()
+        self.vae.requires_grad_(False).eval()
+        self.weights_version = 0
+        self._busy = threading.Lock()
+
+    @classmethod
+    def from_components(cls, transformer, vae, tokenizer, scheduler, device=None, dtype=None,
+                        attention: str = "auto", compile: bool | None = None, **pipeline_config
+                        ) -> "Cosmos3Model":
+        """Wrap in-memory diffusers components, moved to ``device`` and cast to ``dtype``
+        (modules the model keeps in fp32, such as the time embedder, stay fp32)."""
+        from diffusers import Cosmos3OmniPipeline
+
+        device = torch.device(device) if device is not None else default_device()
+        dtype = dtype or default_dtype(device)
+        for model in (transformer, vae):
+            model.to(device=device)
+            if model.dtype == dtype:
+                continue
+            model.to(dtype=dtype)
+            keep = getattr(model, "_keep_in_fp32_modules", None) or []
+            for name, module in model.named_modules():
+                if any(part in keep for part in name.split(".")):
+                    module.float()
+        pipeline = Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tokenizer, vae=vae,
+                                       scheduler=scheduler, enable_safety_checker=False, **pipeline_config)
+        return cls(pipeline, device, dtype, attention, compile)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device=None, dtype=None, attention: str = "auto",
+                        compile: bool | None = None) -> "Cosmos3Model":
+        """Load a local diffusers-layout checkpoint without running any code it ships.
+
+        :func:`check_checkpoint` vets it first; then only allow-listed classes are built,
+        weights come from safetensors, the scheduler from its JSON config alone and the
+        tokenizer with ``trust_remote_code=False``.
+        """
+        import diffusers
+        from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
+        from transformers import AutoTokenizer
+
+        path = check_checkpoint(path)
+        device = torch.device(device) if device is not None else default_device()
+        dtype = dtype or default_dtype(device)
+        transformer = Cosmos3OmniTransformer.from_pretrained(path / "transformer", torch_dtype=dtype,
+                                                             use_safetensors=True)
+        vae = AutoencoderKLWan.from_pretrained(path / "vae", torch_dtype=dtype, use_safetensors=True)
+        tokenizer = AutoTokenizer.from_pretrained(path / "text_tokenizer", trust_remote_code=False)
+        scheduler_config = component_config(path, "scheduler")
+        scheduler = getattr(diffusers, scheduler_config["_class_name"]).from_config(scheduler_config)
+        index_file = path / "model_index.json"
+        index = _json(index_file, "model_index.json") if index_file.is_file() else {}
+        return cls.from_components(
+            transformer, vae, tokenizer, scheduler, device, dtype, attention, compile,
+            default_use_system_prompt=index.get("default_use_system_prompt", True),
+            use_native_flow_schedule=index.get("use_native_flow_schedule", False),
+        )
+
+    @classmethod
+    def embedded(cls, device=None, dtype=None) -> "Cosmos3Model":
+        """The tiny model shipped in the package, trained on the procedural world (:mod:`cosmos3_gym.tiny_model`)."""
+        return cls.from_pretrained(TINY_CHECKPOINT, device=device, dtype=dtype)
+
+    def install_processors(self) -> None:
+        """(Re)install the row-isolating attention processors on the transformer."""
+        self.context = install_processors(self.transformer, compile=self.compile)
+
+    # --- geometry -------------------------------------------------------------------
+    @property
+    def temporal_compression(self) -> int:
+        return int(self.vae.config.scale_factor_temporal)
+
+    @property
+    def spatial_compression(self) -> int:
+        return int(self.vae.config.scale_factor_spatial)
+
+    def latent_shape(self, num_frames: int, height: int, width: int) -> tuple[int, int, int, int]:
+        """``(C, T, H, W)`` of the latent for a video of this size (``num_frames = 1``: an image)."""
+        st, ss = self.temporal_compression, self.spatial_compression
+        if num_frames < 1 or (num_frames - 1) % st:
+            raise ValueError(f"num_frames={num_frames} is not allowed: use 1 (an image) or 1 + a multiple of {st}")
+        for name, value in (("height", height), ("width", width)):
+            if value < ss or value % ss:
+                raise ValueError(f"{name}={value} is not allowed: use a positive multiple of {ss}")
+        return (int(self.vae.config.z_dim), (num_frames - 1) // st + 1, height // ss, width // ss)
+
+    # --- text -----------------------------------------------------------------------
+    def tokenize(self, prompt: str, negative_prompt: str, num_frames: int, height: int, width: int, fps: float):
+        """``(cond_ids, uncond_ids)`` exactly as ``Cosmos3OmniPipeline.tokenize_prompt`` builds them."""
+        return self.pipeline.tokenize_prompt(
+            prompt, negative_prompt, num_frames=num_frames, height=height, width=width, fps=fps
+        )
+
+    # --- model ----------------------------------------------------------------------
+    def pack(self, rows: list[RowSpec]) -> PackedRows:
+        return PackedRows(rows, self.transformer.config, self.temporal_compression, self.device, self.attention)
+
+    def __getstate__(self):  # copy.deepcopy: a copy gets its own lock
+        return {k: v for k, v in self.__dict__.items() if k != "_busy"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._busy = threading.Lock()
+
+    @contextmanager
+    def exclusive(self, what: str):
+        """Hold the model for one call; a second thread using it meanwhile gets a clear error.
+
+        The attention processors share per-forward state, so two forwards at once would mix
+        their rows. Use one model per thread (or per process) to run envs concurrently.
+        """
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError(f"{what}: this Cosmos3Model is in use by another thread; an engine (and the model "
+                               f"it shares) is used from one thread at a time: give each thread its own model")
+        try:
+            yield
+        finally:
+            self._busy.release()
+
+    @torch.no_grad()
+    def velocity(self, packed: PackedRows, latents: list[torch.Tensor], timesteps: list[float]) -> list[torch.Tensor]:
+        """One transformer forward for all rows; returns each row's velocity ``[C, T, H, W]`` in fp32.
+
+        The first forward over ``packed`` computes the text tokens and caches their keys and
+        values (tagged with ``weights_version``); later forwards over the same ``packed`` and
+        the same weights compute the vision tokens only.
+        """
+        return self.forward_rows(packed, latents, timesteps)
+
+    def forward_rows(self, packed: PackedRows, latents: list[torch.Tensor], timesteps: list[float]
+                     ) -> list[torch.Tensor]:
+        """:meth:`velocity` with autograd left as the caller set it (training, policy gradients).
+
+        With autograd on, the text tokens are recomputed in every forward (no cache), so that
+        gradients reach the text pathway from every step. The cache is published only after a
+        forward succeeds: an exception (or Ctrl-C) mid-forward leaves ``packed`` as it was.
+        """
+        with self.exclusive("forward"):
+            use_cache = packed.text_cache is not None and packed.text_cache_version == self.weights_version \
+                and not torch.is_grad_enabled()
+            building = None if use_cache else [None] * self.transformer.config.num_hidden_layers
+            self.context.packed, self.context.text_cached = packed, use_cache
+            self.context.new_text_cache = building
+            try:
+                preds, _, _ = self.transformer(**packed.transformer_kwargs(latents, timesteps, self.dtype, use_cache))
+            finally:
+                self.context.packed, self.context.new_text_cache = None, None
+            if building is not None and not torch.is_grad_enabled():
+                packed.text_cache, packed.text_cache_version = building, self.weights_version
+            return [pred.squeeze(0).float() for pred in preds]
+
+    # --- weights --------------------------------------------------------------------
+    def update_weights(self, weights) -> int:
+        """Load new transformer weights from a trainer, all or nothing; returns the new version.
+
+        ``weights``: a state dict, ``(name, tensor)`` pairs (e.g. ``named_parameters()``), or a
+        peft model holding LoRA adapters on a copy of this transformer (merged into the weights
+        here: ``W + B @ A * scaling``). Names are the transformer's ``state_dict`` keys.
+        Floating tensors are cast to the rollout dtype (an fp32 trainer feeding a bf16
+        rollout is the normal case) and may live on any device. Unknown names, wrong shapes,
+        non-floating, sparse or non-finite tensors raise ``ValueError`` before anything
+        changes; if copying fails (or is interrupted) midway, the old weights are restored.
+        ``weights_version`` increases by one; cached text keys/values of older versions are
+        not used again.
+        """
+        with self.exclusive("update_weights"):
+            updates = merged_lora_weights(weights, self.transformer) if _is_peft_model(weights) else weights
+            staged_update(self.transformer, updates)
+            self.weights_version += 1
+            return self.weights_version
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> np.ndarray:
+        """Latents ``[B, C, T, H, W]`` -> uint8 frames ``[B, F, H, W, 3]`` (the pipeline's VAE path)."""
+        dtype = self.vae.dtype
+        mean = torch.tensor(self.vae.config.latents_mean, dtype=dtype).to(self.device).view(1, -1, 1, 1, 1)
+        inv_std = (1.0 / torch.tensor(self.vae.config.latents_std, dtype=dtype)).to(self.device).view(1, -1, 1, 1, 1)
+        z = latents.to(device=self.device, dtype=dtype) / inv_std + mean
+        video = self.vae.decode(z).sample.float()
+        frames = self.pipeline.video_processor.postprocess_video(video, output_type="np")
+        return (np.asarray(frames) * 255.0).round().astype(np.uint8)
+
+
+def _is_peft_model(weights) -> bool:
+    return isinstance(weights, torch.nn.Module) and hasattr(weights, "peft_config")

@@ -1,0 +1,92 @@
+"""Weight updates from a trainer into a rollout transformer: checked whole, then applied all or nothing."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _pairs(weights) -> list[tuple[str, object]]:
+    if hasattr(weights, "items"):
+        return list(weights.items())
+    try:
+        return list(weights)
+    except TypeError:
+        raise ValueError(f"update_weights: got a {type(weights).__name__}; pass a state dict, (name, tensor) pairs "
+                         f"or a peft model with LoRA adapters") from None
+
+
+def checked_updates(module: torch.nn.Module, weights) -> dict[str, torch.Tensor]:
+    """``weights`` as ``{name: tensor}`` cast to the module's dtypes and device, or ``ValueError``
+    naming the first tensor that cannot be loaded. Nothing of ``module`` changes here."""
+    current = module.state_dict()
+    pairs = _pairs(weights)
+    if not pairs:
+        raise ValueError("update_weights got no tensors; pass a state dict or (name, tensor) pairs")
+    staged = {}
+    for name, tensor in pairs:
+        if name not in current:
+            close = [k for k in current if k.split(".")[-1] == str(name).split(".")[-1]][:3]
+            raise ValueError(f"update_weights: unknown tensor {name!r}; names are the transformer's "
+                             f"state_dict keys (e.g. {close or list(current)[:3]})")
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"update_weights: {name!r} is a {type(tensor).__name__}, not a torch.Tensor")
+        target = current[name]
+        if tuple(tensor.shape) != tuple(target.shape):
+            raise ValueError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}; "
+                             f"expected {tuple(target.shape)}")
+        if tensor.layout != torch.strided:
+            raise ValueError(f"update_weights: {name!r} is a {tensor.layout} tensor; pass dense tensors "
+                             f"(tensor.to_dense())")
+        if not tensor.dtype.is_floating_point or not target.dtype.is_floating_point:
+            if tensor.dtype != target.dtype:
+                raise ValueError(f"update_weights: {name!r} has dtype {tensor.dtype}; expected a floating dtype "
+                                 f"(cast to {target.dtype})")
+        value = tensor.detach().to(device=target.device, dtype=target.dtype, copy=True)
+        if value.dtype.is_floating_point and not bool(torch.isfinite(value).all()):
+            raise ValueError(f"update_weights: {name!r} holds NaN or Inf (after casting to {target.dtype}); "
+                             f"nothing was loaded")
+        staged[name] = value
+    return staged
+
+
+def staged_update(module: torch.nn.Module, weights) -> None:
+    """Check every tensor, then copy them into ``module``; restore the old values if a copy fails."""
+    staged = checked_updates(module, weights)
+    current = module.state_dict()
+    backup = {name: current[name].detach().clone() for name in staged}
+    done = []
+    try:
+        with torch.no_grad():
+            for name, value in staged.items():
+                done.append(name)
+                current[name].copy_(value)
+    except BaseException:
+        with torch.no_grad():
+            for name in done:
+                current[name].copy_(backup[name])
+        raise
+
+
+def merged_lora_weights(peft_model: torch.nn.Module, transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights of ``transformer`` that a peft model's active LoRA adapters change, merged
+    (``W + delta``, computed by peft's own ``get_delta_weight``), keyed by ``transformer``'s names."""
+    from peft.tuners.lora import LoraLayer
+
+    names = set(transformer.state_dict())
+    merged = {}
+    for module_name, layer in peft_model.named_modules():
+        if not isinstance(layer, LoraLayer):
+            continue
+        base = layer.get_base_layer()
+        weight = base.weight.detach().float()
+        for adapter in layer.active_adapters:
+            if adapter in layer.lora_A:
+                weight = weight + layer.get_delta_weight(adapter).detach().float()
+        name = module_name.removeprefix("base_model.model.") + ".weight"
+        if name not in names:
+            raise ValueError(f"update_weights: the LoRA layer {module_name!r} maps to {name!r}, which this "
+                             f"transformer does not have; apply the adapter to a copy of the rollout transformer")
+        merged[name] = weight
+    if not merged:
+        raise ValueError("update_weights: the peft model has no LoRA layers")
+    return merged

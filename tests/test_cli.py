@@ -1,0 +1,192 @@
+"""The command line: input checks before any model loads, output paths, help, import cost, threads."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import cosmos3_gym
+from cosmos3_gym import cli
+from cosmos3_gym.threads import configure_threads
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    """Commands that would fail the test if they started: the checks must stop everything first."""
+    def must_not_run(args):
+        raise AssertionError(f"{args.command} ran despite a bad input")
+
+    for name in ("demo", "rollout", "evaluate", "bench"):
+        monkeypatch.setattr(cli, name, must_not_run)
+
+
+@pytest.fixture
+def keep_threads():
+    """The CLI sets torch's thread count for the process; give the other tests theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def cli_error(argv, capsys) -> str:
+    """Run the CLI expecting an argparse error; return its message."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["demo", "--steps", "0"], "argument --steps: 0 is invalid; use an integer >= 1"),
+    (["demo", "--steps", "-3"], "argument --steps: -3 is invalid; use an integer >= 1"),
+    (["demo", "--prompt", ""], "argument --prompt: '' is empty; pass a non-blank prompt"),
+    (["demo", "--prompt", "  \t"], "argument --prompt: '  \\t' is empty"),
+    (["rollout", "--episodes", "-1"], "argument --episodes: -1 is invalid; use an integer >= 1"),
+    (["rollout", "--episodes", "0"], "argument --episodes: 0 is invalid; use an integer >= 1"),
+    (["evaluate", "--samples", "0"], "argument --samples: 0 is invalid; use an integer >= 1"),
+    (["demo", "--threads", "0"], "argument --threads: 0 is invalid; use an integer >= 1"),
+    (["demo", "--env", "Nope-v0"], "argument --env: invalid choice: 'Nope-v0' (choose from"),
+    (["demo", "--device", "gpu"], "argument --device: 'gpu' is not a torch device; use cpu, cuda or cuda:N"),
+])
+def test_bad_inputs_are_argparse_errors(argv, expected, capsys, no_run):
+    assert expected in cli_error(argv, capsys)
+
+
+@pytest.mark.parametrize("command", ["demo", "rollout", "evaluate"])
+def test_cuda_without_a_cuda_device(command, capsys, monkeypatch, no_run):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    err = cli_error([command, "--device", "cuda"], capsys)
+    assert f"cosmos3-gym {command}: error: argument --device: 'cuda' was requested but no CUDA device is " \
+           "available" in err
+    assert "use --device cpu" in err
+
+
+def test_existing_outputs_are_refused_without_overwrite(tmp_path, capsys, no_run):
+    video, trajectory = tmp_path / "demo.mp4", tmp_path / "t.safetensors"
+    video.write_bytes(b"old")
+    err = cli_error(["demo", "--device", "cpu", "--out", str(video)], capsys)
+    assert f"argument --out: {str(video)!r} exists; pass --overwrite to replace it" in err
+    trajectory.write_bytes(b"old")
+    err = cli_error(["demo", "--device", "cpu", "--out", str(tmp_path / "new.mp4"), "--trajectory",
+                     str(trajectory)], capsys)
+    assert f"argument --trajectory: {str(trajectory)!r} exists" in err
+    # The T2I env writes a .png whatever the suffix: that is the file checked.
+    (tmp_path / "image.png").write_bytes(b"old")
+    err = cli_error(["demo", "--env", "Cosmos3RolloutT2I-v0", "--device", "cpu", "--out",
+                     str(tmp_path / "image.mp4")], capsys)
+    assert f"argument --out: {str(tmp_path / 'image.png')!r} exists" in err
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "episode_0001.safetensors").write_bytes(b"old")
+    err = cli_error(["rollout", "--device", "cpu", "--episodes", "2", "--out", str(tmp_path / "runs")], capsys)
+    assert "1 of the 2 trajectory files exist" in err and "episode_0001.safetensors" in err
+    (tmp_path / "report.txt").write_text("old")
+    err = cli_error(["evaluate", "--device", "cpu", "--out", str(tmp_path / "report.txt")], capsys)
+    assert "report.txt' exists; pass --overwrite" in err
+    assert video.read_bytes() == trajectory.read_bytes() == b"old"
+
+
+def test_unwritable_outputs_fail_early(tmp_path, capsys, no_run):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")  # a folder cannot be made under a file (holds for root too, unlike chmod)
+    err = cli_error(["demo", "--device", "cpu", "--out", str(blocker / "demo.mp4")], capsys)
+    assert f"argument --out: cannot write to folder {str(blocker)!r}" in err and "choose a writable path" in err
+    err = cli_error(["rollout", "--device", "cpu", "--out", str(blocker)], capsys)
+    assert f"argument --out: {str(blocker)!r} is a file" in err
+    err = cli_error(["demo", "--device", "cpu", "--out", str(tmp_path / "v.mp4"), "--trajectory",
+                     str(blocker / "t.safetensors")], capsys)
+    assert "argument --trajectory: cannot write to folder" in err
+
+
+def test_demo_runs_overwrites_and_explains_the_log_probs(tmp_path, capsys, keep_threads):
+    out, trajectory = tmp_path / "deep" / "demo.mp4", tmp_path / "t.safetensors"
+    tables = []
+    for prompt, extra in (("a big red ball slides to the right", []),
+                          ("a small green square moves to the left", ["--overwrite"])):
+        assert cli.main(["demo", "--device", "cpu", "--steps", "2", "--prompt", prompt, "--out", str(out),
+                         "--trajectory", str(trajectory), *extra]) == 0
+        captured = capsys.readouterr()
+        assert f"prompt {prompt!r}" in captured.out
+        assert cli.LOG_PROB_NOTE in captured.out
+        assert "denoising" in captured.err and "denoising" not in captured.out  # the bar goes to stderr
+        lines = captured.out.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["step", "sigma"])
+        assert lines[start + 3] == cli.LOG_PROB_NOTE  # right under the 2-row table
+        tables.append([line.split()[4] for line in lines[start + 1:start + 3]])  # the log_prob column
+        assert out.stat().st_size > 0 and trajectory.stat().st_size > 0
+    assert tables[0] == tables[1]  # the note's claim: same seed, different prompt, same log-probs
+    assert torch.get_num_threads() == 1  # the CPU default
+
+
+def test_demo_t2i_writes_png_and_threads_flag(tmp_path, capsys, keep_threads):
+    assert cli.main(["demo", "--env", "Cosmos3RolloutT2I-v0", "--device", "cpu", "--steps", "1", "--threads", "2",
+                     "--out", str(tmp_path / "image.mp4")]) == 0
+    assert f"video {tmp_path / 'image.png'}" in capsys.readouterr().out
+    assert (tmp_path / "image.png").stat().st_size > 0 and not (tmp_path / "image.mp4").exists()
+    assert torch.get_num_threads() == 2
+
+
+def test_rollout_writes_episodes(tmp_path, capsys, keep_threads):
+    argv = ["rollout", "--device", "cpu", "--episodes", "2", "--out", str(tmp_path / "runs")]
+    assert cli.main(argv) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["episode_0000.safetensors",
+                                                                     "episode_0001.safetensors"]
+    assert cosmos3_gym.Trajectory.load(tmp_path / "runs" / "episode_0001.safetensors").seed == 1
+    assert "2 trajectories in" in capsys.readouterr().out
+
+
+def test_configure_threads(monkeypatch, keep_threads):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    torch.set_num_threads(2)
+    assert configure_threads(None, "cuda") == 2 and torch.get_num_threads() == 2  # accelerator: torch's own
+    assert configure_threads(None, "cpu") == 1 and torch.get_num_threads() == 1
+    assert configure_threads(3, "cpu") == 3 and torch.get_num_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    torch.set_num_threads(2)
+    assert configure_threads(None, "cpu") == 2 and torch.get_num_threads() == 2  # the user's setting wins
+    with pytest.raises(ValueError, match="threads=0 is invalid"):
+        configure_threads(0)
+
+
+def test_every_flag_has_help_and_env_choices_are_the_presets():
+    parser = cli.build_parser()
+    assert set(parser.commands) == {"demo", "rollout", "check", "bench", "evaluate"}
+    assert "evaluate" in parser.format_help() and "evaluate" in parser.description
+    for name, command in parser.commands.items():
+        for action in command._actions:
+            assert action.help, f"{name} {action.option_strings} has no help"
+            if "--env" in action.option_strings:
+                assert list(action.choices) == cosmos3_gym.ENV_IDS == ["Cosmos3RolloutT2I-v0", "Cosmos3Rollout-v0"]
+                assert all(env_id in action.help for env_id in cosmos3_gym.ENV_IDS)  # listed in --help
+        flags = {s for a in command._actions for s in a.option_strings}
+        if name in ("demo", "rollout", "evaluate"):
+            assert {"--threads", "--overwrite", "--device", "--env"} <= flags
+    assert "--threads" in {s for a in parser.commands["bench"]._actions for s in a.option_strings}
+
+
+def test_import_is_light_and_help_is_fast():
+    code = ("import sys, gymnasium as gym, cosmos3_gym; print('torch' in sys.modules);"
+            "print(sorted(i for i in gym.registry if i.startswith('Cosmos3')))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    assert out.split("\n")[:2] == ["False", "['Cosmos3Rollout-v0', 'Cosmos3RolloutT2I-v0']"]
+    script = Path(sys.executable).parent / "cosmos3-gym"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "cosmos3_gym.cli"]
+    start = time.perf_counter()
+    result = subprocess.run([*command, "--help"], capture_output=True, text=True, env={**os.environ})
+    seconds = time.perf_counter() - start
+    assert result.returncode == 0 and "evaluate" in result.stdout
+    assert seconds < 1.5, f"cosmos3-gym --help took {seconds:.2f} s"
+
+
+def test_bench_cpu_results_on_stdout_bars_on_stderr(capsys, monkeypatch, keep_threads):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert cli.main(["bench", "--cpu", "--num-envs", "2", "--steps", "1", "--episodes", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "it/s" not in captured.out and "it/s" in captured.err
+    assert "torch" in captured.out and ", 1 threads," in captured.out
+    assert float(captured.out.split("speedup_vs_sync_vector_env:")[1]) > 0
