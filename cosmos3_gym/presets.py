@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -16,12 +17,34 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
-from .rewards import REWARDS
-from .schedule import SigmaGrid, explicit_grid, flow_shift_grid, serving_grid
+from .schedule import NUM_TRAIN_TIMESTEPS, SigmaGrid, explicit_grid, flow_shift_grid, serving_grid
 from .sde import KINDS
 
 ACTION_MODES = ("control", "noise")
 SIGMA_GRIDS = ("serving", "flow_shift", "explicit")
+# The keys of rewards.REWARDS (which checks this at import), spelled out so that validating a preset
+# does not import the reward functions and the toy world they score against.
+REWARD_NAMES = ("colorfulness", "brightness", "temporal_smoothness", "color_adherence", "direction_adherence",
+                "position_adherence", "prompt_adherence", "none")
+# An episode of more steps than the scheduler's training timesteps would repeat timesteps.
+MAX_STEPS = NUM_TRAIN_TIMESTEPS
+INT_FIELDS = ("num_frames", "height", "width", "num_steps", "max_prompt_tokens")
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = _repr.maxlong = 60
+
+
+def _short(value) -> str:
+    """``repr(value)``, abridged: an error message must stay readable whatever value it echoes."""
+    try:
+        return _repr.repr(value)
+    except ValueError:  # an int with more digits than repr() allows
+        return f"<{type(value).__name__} too large to print>"
+
+
+def _real(value) -> bool:
+    """A finite int or float, not a bool (``True`` is an ``int`` to Python, never a number here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -52,44 +75,60 @@ class Preset:
 
     def __post_init__(self):
         def fail(name, allowed):
-            raise ValueError(f"preset {self.id!r}: {name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+            raise ValueError(f"preset {_short(self.id)}: {name}={_short(getattr(self, name))} is invalid; "
+                             f"allowed: {allowed}")
 
-        for name in ("num_frames", "height", "width", "num_steps", "max_prompt_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                fail(name, "an integer >= 1")
-        if self.kind not in KINDS:
-            fail("kind", KINDS)
-        if self.action_mode not in ACTION_MODES:
-            fail("action_mode", ACTION_MODES)
-        if self.sigma_grid not in SIGMA_GRIDS:
-            fail("sigma_grid", SIGMA_GRIDS)
-        if self.reward not in REWARDS:
-            fail("reward", sorted(REWARDS))
-        if not (isinstance(self.fps, (int, float)) and self.fps > 0):
-            fail("fps", "a number > 0")
+        for name in INT_FIELDS:
+            value, steps = getattr(self, name), name == "num_steps"
+            high = MAX_STEPS if steps else math.inf
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+                fail(name, f"an integer in [1, {MAX_STEPS}] (the scheduler's {MAX_STEPS} training timesteps)"
+                     if steps else "an integer >= 1")
+        for name, allowed in (("kind", KINDS), ("action_mode", ACTION_MODES), ("sigma_grid", SIGMA_GRIDS),
+                              ("reward", REWARD_NAMES)):
+            if not isinstance(getattr(self, name), str) or getattr(self, name) not in allowed:
+                fail(name, list(allowed))
+        for name in ("fps", "flow_shift"):
+            if not _real(getattr(self, name)) or getattr(self, name) <= 0:
+                fail(name, "a finite number > 0")
         for default, name in (("guidance_scale", "guidance_bounds"), ("noise_level", "noise_level_bounds")):
             bounds, value = getattr(self, name), getattr(self, default)
-            if len(bounds) != 2 or not all(math.isfinite(b) for b in bounds) or not bounds[0] <= bounds[1]:
-                fail(name, "[low, high] with finite low <= high")
+            if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2 and all(map(_real, bounds))
+                    and bounds[0] <= bounds[1]):
+                fail(name, "[low, high]: two finite numbers with low <= high")
+            if not _real(value):
+                fail(default, "a finite number")
             if not bounds[0] <= value <= bounds[1]:
-                raise ValueError(f"preset {self.id!r}: {default}={value} lies outside {name}={list(bounds)}")
+                raise ValueError(f"preset {_short(self.id)}: {default}={value} lies outside {name}={list(bounds)}")
         if not (0.0 <= self.noise_level_bounds[0] and self.noise_level_bounds[1] <= 1.0):
             fail("noise_level_bounds", "a sub-interval of [0, 1]")
-        if not self.prompts or not all(isinstance(p, str) for p in self.prompts):
+        prompts = self.prompts
+        if isinstance(prompts, str):  # iterating it would draw single letters as prompts
+            fail("prompts", f"a list of strings, not one string: pass [{_short(prompts)}] for a single prompt")
+        if not (isinstance(prompts, (tuple, list)) and prompts and all(isinstance(p, str) for p in prompts)):
             fail("prompts", "a non-empty list of strings")
+        if not isinstance(self.negative_prompt, str):
+            fail("negative_prompt", "a string ('' for none)")
         if self.sigma_grid == "explicit":
-            steps = explicit_grid(self.sigmas).num_steps  # raises on a bad grid
+            if not isinstance(self.sigmas, (tuple, list)) or len(self.sigmas) > MAX_STEPS + 1:
+                fail("sigmas", f"a list of at most {MAX_STEPS + 1} numbers")
+            try:
+                steps = explicit_grid(self.sigmas).num_steps
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"preset {_short(self.id)}: sigmas={_short(self.sigmas)} is invalid: {str(e)[:120]}; "
+                                 f"give N + 1 values falling strictly from <= 1 to 0 (or N values: 0 is appended)"
+                                 ) from None
             if steps != self.num_steps:
-                raise ValueError(f"preset {self.id!r}: sigmas={list(self.sigmas)} define {steps} steps "
-                                 f"but num_steps={self.num_steps}")
+                raise ValueError(f"preset {_short(self.id)}: sigmas={_short(self.sigmas)} define {steps} steps "
+                                 f"but num_steps={self.num_steps}; set num_steps={steps}")
 
     def override(self, **overrides) -> "Preset":
         """A copy with ``overrides`` applied; unknown names raise ``ValueError``."""
         names = {f.name for f in dataclasses.fields(self)} - {"id"}
         unknown = sorted(set(overrides) - names)
         if unknown:
-            raise ValueError(f"unknown keyword(s) {unknown} for env {self.id!r}; preset fields are {sorted(names)}")
+            raise ValueError(f"unknown keyword(s) {_short(unknown)} for env {_short(self.id)}; "
+                             f"preset fields are {sorted(names)}")
         return dataclasses.replace(self, **_normalised(overrides))
 
     def sigma_grid_for(self, scheduler=None, use_native_flow_schedule: bool = False) -> SigmaGrid:
@@ -117,7 +156,7 @@ def load_preset(name: str) -> Preset:
         if name in (data.get("id"), path.name[: -len(".toml")]):
             return Preset(**_normalised(data))
     known = [tomllib.loads(p.read_text()).get("id") for p in preset_files()]
-    raise ValueError(f"unknown preset {name!r}; known env ids: {known}")
+    raise ValueError(f"unknown preset {_short(name)}; known env ids: {known}")
 
 
 def all_presets() -> list[Preset]:

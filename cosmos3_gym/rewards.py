@@ -14,6 +14,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from .presets import REWARD_NAMES
 from .world import DIRECTIONS, detect, parse_prompt
 
 
@@ -115,6 +116,9 @@ REWARDS: dict[str, Callable[[np.ndarray, list[str]], np.ndarray] | None] = {
     "prompt_adherence": prompt_adherence,
     NO_REWARD: None,
 }
+if tuple(REWARDS) != REWARD_NAMES:  # presets validate names against that light copy
+    raise ImportError(f"rewards.REWARDS keys {list(REWARDS)} differ from presets.REWARD_NAMES {list(REWARD_NAMES)}; "
+                      f"update REWARD_NAMES in cosmos3_gym/presets.py")
 
 
 def checked_reward(reward_fn, frames: np.ndarray, prompts: list[str]) -> np.ndarray:
@@ -122,4 +126,7 @@ def checked_reward(reward_fn, frames: np.ndarray, prompts: list[str]) -> np.ndar
     values = np.asarray(reward_fn(frames, prompts), dtype=np.float32)
     if values.shape != (frames.shape[0],):
         raise ValueError(f"reward_fn returned shape {values.shape}; expected ({frames.shape[0]},), one per video")
+    if not np.isfinite(values).all():
+        raise ValueError(f"reward_fn returned non-finite rewards {values.tolist()} for prompts {prompts}; rewards "
+                         f"must be finite (the step was not taken: fix the reward function and step again)")
     return values

@@ -42,7 +42,7 @@ def test_num_steps_is_capped_at_the_training_timesteps():
     for value in (10**7, 1001, 0):
         message = rejected(num_steps=value)
         assert f"num_steps={value}" in message and "[1, 1000]" in message and "training timesteps" in message
-    assert "num_steps=<int of 5001 digits>" in rejected(num_steps=10**5000)  # beyond what repr() allows
+    assert "num_steps=<int too large to print>" in rejected(num_steps=10**5000)  # beyond what repr() allows
 
 
 @pytest.mark.parametrize("field,value", [
@@ -104,8 +104,8 @@ def test_booleans_do_not_pass_as_ints(field):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("kind", "euler"), ("kind", ["sde"]), ("action_mode", "pixels"), ("sigma_grid", "karras"),
-    ("reward", "beauty"), ("reward", ["colorfulness"]), ("negative_prompt", None),
+    ("kind", "euler"), ("kind", ("sde",)), ("action_mode", "pixels"), ("sigma_grid", "karras"),
+    ("reward", "beauty"), ("reward", ("colorfulness",)), ("negative_prompt", None),
 ])
 def test_unknown_choices(field, value):
     message = rejected(**{field: value})
