@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-import torch
 
 from .vector_env import Cosmos3RolloutVectorEnv
 from .world import dataset, detect
@@ -24,13 +23,13 @@ def adherence(env_id: str = "Cosmos3Rollout-v0", samples: int = 128, seed: int =
 
     _, scenes = dataset(seed, samples)
     venv = Cosmos3RolloutVectorEnv(batch, env_id, **overrides)
-    actions = torch.tensor(venv.default_action).repeat(batch, 1)
+    actions = np.tile(venv.default_action, (batch, 1))
     rows = []
     for start in tqdm(range(0, samples, batch), desc="generating"):
         chunk = scenes[start:start + batch]
         prompts = [s.caption for s in chunk] + [chunk[0].caption] * (batch - len(chunk))
         venv.reset(seed=seed + start, options={"prompt": prompts})
-        terminated = torch.zeros(batch, dtype=torch.bool)
+        terminated = np.zeros(batch, dtype=bool)
         while not terminated.all():
             _, rewards, terminated, _, info = venv.step(actions)
         for scene, video, reward in zip(chunk, info["frames"], rewards.tolist()):

@@ -2,8 +2,8 @@
 
 Flow-GRPO on the embedded Cosmos 3: every iteration rolls out groups of envs that share a
 prompt (``group_size``), turns rewards into group-relative advantages, recomputes each
-step's log-prob under the trainable policy (``RolloutEngine.replay_log_probs``, which
-repeats the rollout's forward exactly, so the first ratio is 1), takes clipped-ratio policy
+step's log-prob under the trainable policy (``cosmos3_gym.replay_log_probs``, the trainer's
+side of the rollout's own transition function: the first ratio is exactly 1), takes clipped-ratio policy
 gradient steps, and pushes the new weights back into the env (``update_weights``).
 
 Sampling here runs *without* classifier-free guidance (``guidance_scale=1``): GRPO teaches
@@ -24,9 +24,9 @@ from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.args import parse_args
-from cosmos3_gym.engine import RolloutEngine
 from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.plots import reward_curve
+from cosmos3_gym.transition import replay_log_probs
 
 
 @dataclass
@@ -52,14 +52,12 @@ def main(args: Args) -> None:
     num_envs = args.num_groups * args.group_size
     venv = gym.make_vec(args.env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
                         group_size=args.group_size, num_steps=args.num_steps, guidance_scale=args.guidance_scale,
-                        noise_level=args.noise_level)
+                        noise_level=args.noise_level, array_type="torch", device="cpu")
     actions = torch.tensor(venv.default_action).repeat(num_envs, 1)
 
-    # The trainer's own copy of the model, and an engine over it that replays trajectories with autograd.
+    # The trainer's own copy of the model: it replays the trajectories with autograd (no engine needed).
     policy = Cosmos3Model.embedded(device="cpu")
     policy.transformer.requires_grad_(True)
-    trainer = RolloutEngine(policy, num_envs, num_frames=venv.preset.num_frames, height=venv.preset.height,
-                            width=venv.preset.width, fps=venv.preset.fps, grid=venv.engine.grid, kind=venv.preset.kind)
     optimizer = torch.optim.Adam(policy.transformer.parameters(), lr=args.learning_rate)
 
     mean_rewards = []
@@ -76,7 +74,7 @@ def main(args: Args) -> None:
 
         for _ in range(args.epochs):
             with torch.enable_grad():
-                ratio = torch.exp(trainer.replay_log_probs(trajectories) - old_log_probs)
+                ratio = torch.exp(replay_log_probs(policy, trajectories) - old_log_probs)
                 clipped = ratio.clamp(1 - args.clip_range, 1 + args.clip_range)
                 loss = -torch.minimum(ratio * advantages, clipped * advantages).mean()
             optimizer.zero_grad(set_to_none=True)
@@ -89,7 +87,7 @@ def main(args: Args) -> None:
                                        title="GRPO fine-tuning of the generator", xlabel="GRPO iteration",
                                        ylabel="prompt adherence (no CFG)", points="batch mean", windows=5)
     print(f"mean reward over the first {window} iterations: {first:.3f}; over the last {window}: {last:.3f} "
-          f"({num_envs} videos per iteration, weights_version {venv.engine.weights_version})")
+          f"({num_envs} videos per iteration, weights_version {venv.weights_version})")
     print(f"wrote {out / 'grpo_reward.png'}")
 
 

@@ -13,7 +13,6 @@ import gymnasium as gym
 import imageio.v2 as imageio
 import matplotlib
 import numpy as np
-import torch
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
@@ -66,9 +65,9 @@ def main(args: Args) -> None:
         venv = gym.make_vec(args.env_id, num_envs=args.gallery, vectorization_mode="vector_entry_point")
         prompts = [venv.preset.prompts[i % len(venv.preset.prompts)] for i in range(args.gallery)]
         venv.reset(seed=args.seed, options={"prompt": prompts})
-        terminated = torch.zeros(args.gallery, dtype=torch.bool)
+        terminated = np.zeros(args.gallery, dtype=bool)
         while not terminated.all():
-            _, rewards, terminated, _, info = venv.step(torch.tensor(venv.default_action).repeat(args.gallery, 1))
+            _, rewards, terminated, _, info = venv.step(np.tile(venv.default_action, (args.gallery, 1)))
         videos = upscale(info["frames"], args.scale)  # [B, F, H, W, 3]
         columns = min(4, args.gallery)
         rows = [np.concatenate(list(videos[r:r + columns]), axis=2) for r in range(0, args.gallery, columns)]

@@ -5,7 +5,9 @@ import torch
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.model import Cosmos3Model
 
-torch.set_num_threads(2)
+# One intra-op thread: the tiny model's ops are too small to gain from more, and on a busy
+# machine torch's spinning worker threads slow everything 50-200x (see README, "Threads").
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+pytestmark = pytest.mark.slow  # the slowest quarter of the suite: `pytest -m "not slow"` skips it
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
