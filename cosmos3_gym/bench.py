@@ -22,6 +22,7 @@ import torch
 from .model import Cosmos3Model
 from .packing import PackedRows
 from .tiny_model import SCHEDULER_CONFIG, build_tiny_tokenizer
+from .transition import pack_cfg_rows, replay_log_probs
 
 MODEL_CONFIGS = {
     "edge": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
@@ -55,7 +56,7 @@ def _timed(fn, device, repeats: int = 1) -> float:
 
 def random_model(model: str, device="cuda", dtype=torch.bfloat16, compile: bool | None = None
                      ) -> Cosmos3Model:
-    """A Cosmos 3 generator at a real size with random weights (normal(0, 0.02), like HF init)."""
+    """A Cosmos 3 model at a real size with random weights (normal(0, 0.02), like HF init)."""
     from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
 
     tokenizer = build_tiny_tokenizer()
@@ -134,105 +135,126 @@ def bench_cpu(num_envs: int, num_steps: int, episodes: int, env_id: str) -> None
     print(f"speedup_vs_sync_vector_env: {next(iter(speedups.values())):.2f}")
 
 
-def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: int, num_steps: int,
-              guidance: float, pipeline_samples: int, episodes: int, device="cuda") -> None:
+def measure_pipeline(model: Cosmos3Model, request: dict, samples: int) -> tuple[float, float]:
+    """What users run today: diffusers' pipeline with its own attention processor, once per
+    sample. Returns (samples/s, seconds of its VAE encode of the empty conditioning video)."""
     from diffusers.models.transformers.transformer_cosmos3 import Cosmos3AttnProcessor
     from tqdm import tqdm
 
+    device = model.device
+    model.transformer.set_attn_processor(Cosmos3AttnProcessor())
+    pipe = model.pipeline
+    pipe.set_progress_bar_config(disable=True)
+
+    def sample(i):
+        pipe(PROMPT, num_frames=request["num_frames"], height=request["height"], width=request["width"],
+             num_inference_steps=request["num_steps"], guidance_scale=request["guidance_scale"],
+             generator=torch.Generator(device).manual_seed(i), output_type="latent", enable_safety_check=False)
+
+    sample(0)
+    seconds = sum(_timed(lambda: sample(i), device) for i in tqdm(range(samples), desc="diffusers pipeline"))
+    empty_video = torch.zeros(1, 3, request["num_frames"], request["height"], request["width"], device=device,
+                              dtype=model.dtype)
+    encode = _timed(lambda: pipe._encode_video(empty_video), device, 2)
+    return samples / seconds, encode
+
+
+def measure_env(venv, episodes: int) -> tuple[float, list[float], list[list]]:
+    """Timed episodes of the vector env. Returns (samples/s, per-step seconds, trajectories per episode)."""
+    from tqdm import tqdm
+
+    device, n = venv.device, venv.num_envs
+    actions = torch.tensor(venv.default_action, device=device).repeat(n, 1)
+    step_times, trajectories = [], []
+
+    def episode(seed):
+        venv.reset(seed=seed)
+        for _ in range(venv.engine.num_steps):
+            _sync(device)
+            start = time.perf_counter()
+            _, _, _, _, info = venv.step(actions)
+            _sync(device)
+            step_times.append(time.perf_counter() - start)
+        trajectories.append(list(info["trajectory"]))
+
+    episode(10_000)  # warm-up: compiles the attention kernels
+    step_times.clear()
+    trajectories.clear()
+    seconds = sum(_timed(lambda: episode(1000 * e), device) for e in tqdm(range(episodes), desc="cosmos3_gym"))
+    return n * episodes / seconds, step_times, trajectories
+
+
+def measure_forward(engine, guidance: float) -> tuple[float, float, object]:
+    """Mid-episode (text cached): the bare transformer forward over all rows, and the bare
+    transition (forward + CFG + SDE, :meth:`RolloutEngine.prepare_step`, nothing installed).
+    Returns (forward seconds, transition seconds, the packing)."""
+    n = engine.num_slots
+    slots = list(range(n))
+    engine.reset_slots(slots, slots, [PROMPT] * n, [""] * n)
+    guidance_t, level = torch.full((n,), guidance), torch.full((n,), 0.7)
+    with torch.no_grad():  # as the env's step runs (compiled code is specialised on the grad mode)
+        engine.step(slots, guidance_t, level)  # step 0 fills the text cache
+    episodes = [engine.episode(s) for s in slots]
+    packed = pack_cfg_rows(engine.model, [(e.cond_ids, e.uncond_ids, engine.fps) for e in episodes],
+                           engine.latent_shape)
+    rows = [e.latent.unsqueeze(0) for e in episodes for _ in range(2)]
+    timesteps = [float(episodes[0].timesteps[1])] * len(rows)
+    engine.model.velocity(packed, rows, timesteps)  # fills this packing's text cache
+    forward = _timed(lambda: engine.model.velocity(packed, rows, timesteps), engine.device, 5)
+    with torch.no_grad():
+        transition = _timed(lambda: engine.prepare_step(slots, guidance_t, level), engine.device, 5)
+    return forward, transition, packed
+
+
+def measure_replay(model: Cosmos3Model, episodes: list[list]) -> dict[str, np.ndarray]:
+    """|exp(replay - rollout) - 1| of every rollout step: (a) each episode's trajectories together
+    in env order, as a GRPO trainer holds them, (b) a few trajectories alone."""
+    from tqdm import tqdm
+
+    def errors(replayed, trajectories):
+        rollout = torch.stack([t.log_probs for t in trajectories]).to(model.device)
+        return (torch.exp(replayed.reshape(rollout.shape) - rollout) - 1).abs().flatten().cpu().numpy()
+
+    with torch.no_grad():
+        together = [errors(replay_log_probs(model, batch), batch)
+                    for batch in tqdm(episodes, desc="replay (episode batches)")]
+        alone = [errors(replay_log_probs(model, t), [t]) for t in tqdm(episodes[0][:4], desc="replay (alone)")]
+    return {"episode batches in env order": np.concatenate(together), "single trajectories alone":
+            np.concatenate(alone)}
+
+
+def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: int, num_steps: int,
+              guidance: float, pipeline_samples: int, episodes: int, device="cuda") -> None:
+    """Named measurements, in one process on one model, printed side by side (results on stdout,
+    progress bars on stderr)."""
     from .vector_env import Cosmos3RolloutVectorEnv
 
     device = torch.device(device)
     on_gpu = device.type == "cuda"
-    print(f"device {torch.cuda.get_device_name() if on_gpu else device}, torch {torch.__version__}, model {model} "
-          f"({MODEL_CONFIGS[model]}), request {num_frames}x{height}x{width}, {num_steps} steps, CFG {guidance}, "
+    size = model
+    print(f"device {torch.cuda.get_device_name() if on_gpu else device}, torch {torch.__version__}, model {size} "
+          f"({MODEL_CONFIGS[size]}), request {num_frames}x{height}x{width}, {num_steps} steps, CFG {guidance}, "
           f"{num_envs} envs")
     peak = matmul_peak_tflops(device)
     print(f"matmul_peak_bf16: {peak:.0f} TFLOP/s (8192^3, measured now)")
     # Uncompiled until the pipeline has run: its baseline is the plain pipeline users run today.
-    model = random_model(model, device, torch.bfloat16 if on_gpu else torch.float32, compile=False)
-    transformer = model.transformer
-
-    # What users run today: the diffusers pipeline, once per sample, with its own attention processor.
-    transformer.set_attn_processor(Cosmos3AttnProcessor())
-    pipe = model.pipeline
-    pipe.set_progress_bar_config(disable=True)
-
-    def pipeline_sample(i):
-        pipe(PROMPT, num_frames=num_frames, height=height, width=width, num_inference_steps=num_steps,
-             guidance_scale=guidance, generator=torch.Generator(device).manual_seed(i), output_type="latent",
-             enable_safety_check=False)
-
-    pipeline_sample(0)
-    pipe_seconds = sum(_timed(lambda: pipeline_sample(i), device) for i in tqdm(range(pipeline_samples),
-                                                                                 desc="diffusers pipeline"))
-    pipe_rate = pipeline_samples / pipe_seconds
-    empty_video = torch.zeros(1, 3, num_frames, height, width, device=device, dtype=model.dtype)
-    encode = _timed(lambda: pipe._encode_video(empty_video), device, 2)
+    model = random_model(size, device, torch.bfloat16 if on_gpu else torch.float32, compile=False)
+    request = dict(num_frames=num_frames, height=height, width=width, num_steps=num_steps, guidance_scale=guidance)
+    pipe_rate, encode = measure_pipeline(model, request, pipeline_samples)
     model.compile = model.attention == "flex"
     model.install_processors()
 
     # Ours: one engine, all envs in one forward per step; latent-only like the pipeline's output_type="latent".
-    venv = Cosmos3RolloutVectorEnv(num_envs, num_frames=num_frames, height=height, width=width,
-                                   num_steps=num_steps, guidance_scale=guidance, reward="none",
-                                   generator=generator, prompts=(PROMPT,))
-    actions = torch.tensor(venv.default_action, device=device).repeat(num_envs, 1)
-    step_times, episodes_trajectories = [], []
-
-    def episode(seed):
-        venv.reset(seed=seed)
-        for _ in range(num_steps):
-            _sync(device)
-            start = time.perf_counter()
-            _, _, terminated, _, info = venv.step(actions)
-            _sync(device)
-            step_times.append(time.perf_counter() - start)
-        episodes_trajectories.append(list(info["trajectory"]))
-
-    episode(10_000)  # warm-up: compiles the attention kernels
-    step_times.clear()
-    episodes_trajectories.clear()
+    venv = Cosmos3RolloutVectorEnv(num_envs, **request, reward="none", model=model, prompts=(PROMPT,),
+                                   array_type="torch")
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
-    env_seconds = sum(_timed(lambda: episode(1000 * e), device) for e in tqdm(range(episodes), desc="cosmos3_gym"))
-    env_rate = num_envs * episodes / env_seconds
+    env_rate, step_times, trajectories = measure_env(venv, episodes)
     peak_memory = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else float("nan")
-
-    # The bare batched forward + CFG + SDE math of one step, for the TFLOP/s and the env overhead.
-    engine = venv.engine
-    engine.reset_slots(list(range(num_envs)), list(range(num_envs)), [PROMPT] * num_envs, [""] * num_envs)
-    slots = list(range(num_envs))
-    packed = engine._packed(slots)
-    latents = engine.latents.clone()
-    rows = [latent.unsqueeze(0) for latent in latents for _ in range(2)]
-    k = num_steps // 2
-    timesteps = [float(engine.timesteps[0, k])] * len(rows)
-    model.velocity(packed, rows, timesteps)  # fills the text cache, as step 0 of an episode does
-    forward = _timed(lambda: model.velocity(packed, rows, timesteps), device, 5)
-    guidance_t = torch.full((num_envs,), guidance, device=device)
-    sigma, sigma_next = engine.sigmas[:, k], engine.sigmas[:, k + 1]
-
-    @torch.no_grad()  # as the env's step runs (compiled code is specialised on the grad mode)
-    def bare_step():
-        from .sde import sde_step
-
-        v = engine.cfg_velocity(slots, latents, timesteps[::2], guidance_t, packed=packed)
-        sde_step(v, latents, sigma, sigma_next, noise_level=0.7)
-
-    bare = _timed(bare_step, device, 5)
-    flops = forward_flops(packed, transformer.config, text_cached=True)
+    forward, bare, packed = measure_forward(venv.engine, guidance)
+    flops = forward_flops(packed, model.transformer.config, text_cached=True)
     env_step = float(np.median(step_times))
-
-    # Precision: replay every rollout step's log-prob with the same weights, (a) each episode's
-    # trajectories together in env order, as a GRPO trainer holds them, (b) a few trajectories alone.
-    def ratio_errors(replay, trajectories):
-        rollout = torch.stack([t.log_probs for t in trajectories]).to(device)
-        errors = (torch.exp(replay.reshape(rollout.shape) - rollout) - 1).abs().flatten().cpu()
-        return errors[torch.isfinite(errors)].numpy()
-
-    together = np.concatenate([ratio_errors(engine.replay_log_probs(batch), batch)
-                               for batch in tqdm(episodes_trajectories, desc="replay (episode batches)")])
-    alone = np.concatenate([ratio_errors(engine.replay_log_probs(t), [t])
-                            for t in tqdm(episodes_trajectories[0][:4], desc="replay (alone)")])
+    replay_errors = measure_replay(model, trajectories)
 
     tokens_per_row = (packed.und_len + sum(packed.gen_lengths)) / len(packed.rows)
     print(f"tokens per sample (cond row): {len(packed.rows[0].input_ids)} text + {packed.gen_lengths[0]} vision; "
@@ -240,14 +262,14 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
           f"{model.attention}, compiled norms/MLPs {model.compile}")
     print(f"diffusers_pipeline: {pipe_rate:.3f} samples/s ({1 / pipe_rate:.3f} s per sample, of which "
           f"{encode:.3f} s is its VAE encode of the empty conditioning video)")
-    print(f"cosmos3_gym_vector_env: {env_rate:.3f} samples/s ({env_seconds / episodes:.3f} s per {num_envs} samples)")
+    print(f"cosmos3_gym_vector_env: {env_rate:.3f} samples/s ({num_envs / env_rate:.3f} s per {num_envs} samples)")
     print(f"transformer_forward (text cached, vision tokens computed): {forward * 1e3:.1f} ms for "
           f"{len(packed.rows)} rows, {flops / 1e12:.1f} TFLOP, "
           f"{flops / forward / 1e12:.0f} TFLOP/s = {flops / forward / 1e12 / peak:.1%} of matmul peak")
-    print(f"env_step: {env_step * 1e3:.1f} ms median; bare forward + CFG + SDE: {bare * 1e3:.1f} ms; "
+    print(f"env_step: {env_step * 1e3:.1f} ms median; bare transition (forward + CFG + SDE): {bare * 1e3:.1f} ms; "
           f"env_overhead: {max(0.0, 1 - bare / env_step):.2%}")
     print(f"peak_gpu_memory: {peak_memory:.1f} GiB")
-    for name, errors in (("episode batches in env order", together), ("single trajectories alone", alone)):
+    for name, errors in replay_errors.items():
         print(f"replay |exp(replay - rollout) - 1|, {name}, {errors.size} steps: max {errors.max():.2e}, "
               f"p99 {np.quantile(errors, 0.99):.2e}, median {np.median(errors):.2e}")
     print(f"speedup_vs_diffusers: {env_rate / pipe_rate:.2f}")
