@@ -132,7 +132,7 @@ class Cosmos3Model:
 
     def __init__(self, pipeline, device, dtype, attention: str = "auto", compile: bool | None = None):
         self.pipeline = pipeline
-        self.device = torch.device(device)
+        self.device = _with_index(torch.device(device))
         self.dtype = dtype
         self.transformer = pipeline.transformer
         # FlexAttention block-sparse kernels on accelerators (for real head sizes: its kernels need
@@ -335,3 +335,10 @@ class Cosmos3Model:
 
 def _is_peft_model(weights) -> bool:
     return isinstance(weights, torch.nn.Module) and hasattr(weights, "peft_config")
+
+
+def _with_index(device: torch.device) -> torch.device:
+    """``cuda`` as ``cuda:<current>``, so that it compares equal to the device of tensors placed there."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device

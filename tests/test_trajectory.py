@@ -28,7 +28,7 @@ def test_replayed_log_probs_match_the_rollout(make_env, tmp_path, kind):
     assert deterministic == [False] * 5 + [kind == "cps"]
     assert (rollout[-1] == 0) == (kind == "cps")
     replay = env.unwrapped.engine.replay_log_probs(loaded)
-    ratio = torch.exp(replay - rollout)
+    ratio = torch.exp(replay.cpu() - rollout)
     assert (ratio - 1).abs().max() <= 1e-6
     torch.testing.assert_close(loaded.guidance_scales, torch.tensor(np.stack(actions)[:, 0]))
 
@@ -38,7 +38,7 @@ def test_replay_detects_a_tampered_step(make_env):
     _, _, infos = run_episode(env, seed=4)
     trajectory = infos[-1]["trajectory"]
     trajectory.latents[2] += 2.0
-    replay = env.unwrapped.engine.replay_log_probs(trajectory)
+    replay = env.unwrapped.engine.replay_log_probs(trajectory).cpu()
     rollout = trajectory.log_probs
     assert abs(float(replay[0] - rollout[0])) < 1e-6
     assert float(replay[1]) < float(rollout[1]) - 1.0

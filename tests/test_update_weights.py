@@ -70,7 +70,7 @@ def test_fp32_trainer_into_a_bf16_rollout_is_cast():
 
 
 def test_update_from_a_trainer_changes_rollouts_and_bumps_the_version(make_env):
-    env = make_env(num_steps=3)
+    env = make_env(num_steps=3, device="cpu")  # compared with an fp32 trainer on the CPU
     _, _, infos = run_episode(env, seed=4)
     trainer = Cosmos3Model.embedded(device="cpu").transformer.requires_grad_(True)
     with torch.no_grad():
@@ -143,7 +143,7 @@ def test_peft_lora_adapters_are_merged(tiny_model):
 
 
 def test_a_trainer_differentiates_replayed_log_probs_without_an_engine(make_env):
-    env = make_env(num_steps=3)
+    env = make_env(num_steps=3, device="cpu")  # rolled out in fp32 like the trainer's copy
     _, _, infos = run_episode(env, seed=2)
     trajectory = infos[-1]["trajectory"]
     policy = Cosmos3Model.embedded(device="cpu")

@@ -45,8 +45,8 @@ def test_torch_arrays_on_request():
     obs, rewards, terminated, _, info = venv.step(default_actions(venv))
     numpy_obs, numpy_rewards, _, _, numpy_info = numpy_venv.step(default_actions(venv))
     assert isinstance(rewards, torch.Tensor) and isinstance(info["log_prob"], torch.Tensor)
-    np.testing.assert_array_equal(obs["latent"].numpy(), numpy_obs["latent"])
-    np.testing.assert_array_equal(info["log_prob"].numpy(), numpy_info["log_prob"])
+    np.testing.assert_array_equal(obs["latent"].cpu().numpy(), numpy_obs["latent"])
+    np.testing.assert_array_equal(info["log_prob"].cpu().numpy(), numpy_info["log_prob"])
     assert venv.observation_space.contains(venv.numpy_obs(obs))
 
 
@@ -97,7 +97,7 @@ def test_disabled_autoreset_needs_reset_and_supports_reset_mask():
     before = venv.unwrapped.engine.episode(1).latent.clone()
     obs, _ = venv.reset(seed=5, options={"reset_mask": np.array([True, False, True])})
     assert obs["step"].tolist() == [[0], [2], [0]]
-    np.testing.assert_array_equal(obs["latent"][1], before.numpy())
+    np.testing.assert_array_equal(obs["latent"][1], before.cpu().numpy())
 
 
 def test_grpo_groups_share_prompts_and_differ_in_seeds():
