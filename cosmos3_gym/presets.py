@@ -154,10 +154,19 @@ def load_preset(name: str) -> Preset:
     for path in preset_files():
         data = tomllib.loads(path.read_text())
         if name in (data.get("id"), path.name[: -len(".toml")]):
-            return Preset(**_normalised(data))
+            return _from_file(path, data)
     known = [tomllib.loads(p.read_text()).get("id") for p in preset_files()]
     raise ValueError(f"unknown preset {_short(name)}; known env ids: {known}")
 
 
 def all_presets() -> list[Preset]:
-    return [Preset(**_normalised(tomllib.loads(path.read_text()))) for path in preset_files()]
+    return [_from_file(path, tomllib.loads(path.read_text())) for path in preset_files()]
+
+
+def _from_file(path, data: dict) -> Preset:
+    """A preset file's table as a :class:`Preset`; unknown keys raise ``ValueError`` naming the file."""
+    names = {f.name for f in dataclasses.fields(Preset)}
+    unknown = sorted(set(data) - names)
+    if unknown or "id" not in data:
+        raise ValueError(f"preset file {path.name}: unknown key(s) {unknown} or no 'id'; keys are {sorted(names)}")
+    return Preset(**_normalised(data))

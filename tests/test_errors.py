@@ -111,3 +111,9 @@ def test_non_finite_latent_ends_the_episode(make_env):
     env.reset(seed=0)
     _, _, terminated, _, info = env.step(env.action_space.sample())
     assert not terminated and "error" not in info
+
+
+@pytest.mark.parametrize("num_envs", [0, -1, 2.0, True])
+def test_num_envs_is_named(num_envs):
+    with pytest.raises(ValueError, match=f"num_envs={num_envs!r} is invalid; use an integer >= 1"):
+        gym.make_vec("Cosmos3Rollout-v0", num_envs=num_envs, vectorization_mode="vector_entry_point")
