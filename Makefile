@@ -11,9 +11,10 @@ TORCH_PLAIN ?= torch==2.13.0
 PY := $(VENV)/bin/python
 
 $(VENV)/.installed: setup.cfg pyproject.toml
+	@echo "setting up $(VENV) (first run only: about a minute; pip is quiet meanwhile)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip || echo "pip upgrade failed; continuing with the venv's pip"
-	if nvidia-smi -L >/dev/null 2>&1; then echo "NVIDIA GPU found: pip's default torch"; \
+	@if nvidia-smi -L >/dev/null 2>&1; then echo "NVIDIA GPU found: pip's default torch"; \
 	else $(PY) -m pip install -q "$(TORCH_CPU)" || $(PY) -m pip install -q "$(TORCH_PLAIN)" || \
 	  echo "neither $(TORCH_CPU) nor $(TORCH_PLAIN) resolved; torch comes from pip's default"; fi
 	$(PY) -m pip install -q -e ".[dev]"

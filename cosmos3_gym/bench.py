@@ -130,7 +130,7 @@ def bench_cpu(num_envs: int, num_steps: int, episodes: int, env_id: str) -> None
             print(f"{label:<22} {name:<30} {rates[-1]:8.2f} samples/s ({seconds / episodes:.3f} s per {num_envs})")
         speedups[label] = rates[0] / rates[1]
         print(f"{label:<22} ratio {speedups[label]:.2f}")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {platform.machine()}, "
           f"{num_envs} envs x {num_steps} steps, {episodes} timed episodes each")
     print(f"speedup_vs_sync_vector_env: {next(iter(speedups.values())):.2f}")
 

@@ -78,12 +78,14 @@ def demo(args) -> int:
               f"{row['log_prob']:>10.5f} {row['log_prob_sum']:>13.2f} {sec:>8.4f}")
     print(LOG_PROB_NOTE)
     engine = env.unwrapped.engine
-    print(f"device {engine.device} ({torch.get_num_threads()} CPU threads), dtype {engine.model.dtype}, "
+    threads = torch.get_num_threads()
+    print(f"device {engine.device} ({threads} CPU thread{'s' * (threads != 1)}), dtype {engine.model.dtype}, "
           f"attention {engine.model.attention}; "
           f"median seconds per step {np.median(seconds):.4f} (step 0 computes the prompt tokens and, on a GPU, "
           f"compiles the attention kernels; the last step also decodes the video)")
     path = write_video(Path(args.out), step_info["frames"], env.unwrapped.preset.fps / 3)
-    print(f"reward {reward:.4f}  video {path}")
+    kind = "image (a one-frame env)" if len(step_info["frames"]) == 1 else "video"
+    print(f"reward {reward:.4f}  {kind} {path}")
     if args.trajectory:
         step_info["trajectory"].save(args.trajectory)
         print(f"trajectory {args.trajectory}")
@@ -104,7 +106,9 @@ def rollout(args) -> int:
         while not terminated:
             _, reward, terminated, _, info = env.step(env.unwrapped.default_action)
         info["trajectory"].extra["reward"] = reward
-        info["trajectory"].save(out / f"episode_{episode:04d}.safetensors")
+        path = out / f"episode_{episode:04d}.safetensors"
+        info["trajectory"].save(path)
+        tqdm.write(f"{path}: seed {args.seed + episode}, prompt {info['trajectory'].prompt!r}, reward {reward:.4f}")
     print(f"{args.episodes} trajectories in {out}")
     return 0
 
@@ -265,8 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", type=_prompt, default=None, help="the prompt (default: one of the preset's)")
     p.add_argument("--steps", type=_positive_int, default=None, help="denoising steps, >= 1 (default: the preset's "
                    "num_steps)")
-    p.add_argument("--out", default="out/demo.mp4", help="the video (.mp4 or .gif; a one-frame env writes a .png "
-                   "of the same name) (default: %(default)s)")
+    p.add_argument("--out", default="out/demo.mp4", help="the video (any format imageio writes: .mp4, .gif, "
+                   "...; a one-frame env writes a .png of the same name) (default: %(default)s)")
     p.add_argument("--trajectory", default=None, help="also save the trajectory here (.safetensors)")
     p.set_defaults(func=demo)
 
@@ -279,7 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: %(default)s)")
     p.set_defaults(func=rollout)
 
-    p = sub.add_parser("check", help="run Gymnasium's and SB3's env checkers on every env id")
+    p = sub.add_parser("check", help="run Gymnasium's and SB3's env checkers on every env id",
+                       description="Run Gymnasium's check_env and SB3's check_env on every registered env id, in "
+                       "control and noise action modes (2 denoising steps each); print one line per check and exit "
+                       "1 if any failed. SB3 refuses noise mode by design (an unbounded action space): that line "
+                       "reports SB3's own message.")
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="N", help=THREADS_HELP)
     p.set_defaults(func=check)
 
     p = sub.add_parser("bench", help="samples/s of the vector env against diffusers' pipeline (GPU) or "
@@ -323,10 +332,14 @@ def main(argv=None) -> int:
     if hasattr(args, "device"):
         _check_device(command_parser, args)
     _check_outputs(command_parser, args)  # after the device check: it creates the output folders
-    if args.command == "bench":
-        configure_threads(args.threads, "cpu" if args.cpu else "cuda")
-    elif hasattr(args, "threads"):
-        configure_threads(args.threads, args.device)
+    if args.command == "bench" and not args.cpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            command_parser.error("the GPU bench needs a CUDA device and none is available; "
+                                 "use --cpu for the CPU bench (embedded model against SyncVectorEnv)")
+    device = ("cpu" if args.cpu else "cuda") if args.command == "bench" else getattr(args, "device", None)
+    configure_threads(getattr(args, "threads", None), device)
     return args.func(args)
 
 

@@ -75,7 +75,8 @@ def main(args: Args) -> None:
         imageio.mimwrite(out / "rollouts.gif", list(grid), duration=125, loop=0)
         for prompt, r in zip(prompts, rewards.tolist()):
             print(f"gallery: {prompt!r} reward {r:.3f}")
-    print(f"wrote {out}/")
+    written = ["quickstart.gif", "quickstart_log_probs.png"] + (["rollouts.gif"] * bool(args.gallery))
+    print("wrote " + ", ".join(str(out / name) for name in written))
 
 
 if __name__ == "__main__":
