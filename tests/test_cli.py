@@ -126,7 +126,7 @@ def test_demo_runs_overwrites_and_explains_the_log_probs(tmp_path, capsys, keep_
 def test_demo_t2i_writes_png_and_threads_flag(tmp_path, capsys, keep_threads):
     assert cli.main(["demo", "--env", "Cosmos3RolloutT2I-v0", "--device", "cpu", "--steps", "1", "--threads", "2",
                      "--out", str(tmp_path / "image.mp4")]) == 0
-    assert f"video {tmp_path / 'image.png'}" in capsys.readouterr().out
+    assert f"image (a one-frame env) {tmp_path / 'image.png'}" in capsys.readouterr().out
     assert (tmp_path / "image.png").stat().st_size > 0 and not (tmp_path / "image.mp4").exists()
     assert torch.get_num_threads() == 2
 
@@ -188,5 +188,5 @@ def test_bench_cpu_results_on_stdout_bars_on_stderr(capsys, monkeypatch, keep_th
     assert cli.main(["bench", "--cpu", "--num-envs", "2", "--steps", "1", "--episodes", "1"]) == 0
     captured = capsys.readouterr()
     assert "it/s" not in captured.out and "it/s" in captured.err
-    assert "torch" in captured.out and ", 1 threads," in captured.out
+    assert "torch" in captured.out and ", 1 thread(s)," in captured.out
     assert float(captured.out.split("speedup_vs_sync_vector_env:")[1]) > 0
