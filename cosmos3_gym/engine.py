@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from .model import Cosmos3Model
+from .model import Condition, Cosmos3Model
 from .schedule import SigmaGrid
 from .sde import KINDS
 from .transition import pack_cfg_rows, replay_log_probs, transition
@@ -53,6 +53,7 @@ class Episode:
     negative_prompt: str
     cond_ids: tuple[int, ...]
     uncond_ids: tuple[int, ...]
+    clean_frames: tuple[int, ...]  # latent frames kept clean (conditioning); () for text-to-video
     sigmas: torch.Tensor  # [N+1]
     timesteps: torch.Tensor  # [N+1]
     rng: torch.Generator
@@ -145,12 +146,22 @@ class RolloutEngine:
 
     # --- reset ----------------------------------------------------------------------
     def prepare_reset(self, slots: list[int], seeds: list[int], prompts: list[str], negative_prompts: list[str],
-                      grid: SigmaGrid | None = None) -> list[Episode]:
-        """New episodes for ``slots`` (validated, tokenized, initial latent drawn); installs nothing."""
+                      grid: SigmaGrid | None = None, conditions: list[Condition | None] | None = None
+                      ) -> list[Episode]:
+        """New episodes for ``slots`` (validated, tokenized, initial latent drawn); installs nothing.
+
+        ``conditions[j]`` (a :class:`~cosmos3_gym.model.Condition`, or None for text-to-video)
+        sets the clean frames exactly as ``Cosmos3OmniPipeline.prepare_latents`` does:
+        ``x(sigma_0) = m * x0 + (1 - m) * noise``, with the noise drawn whole from the seed."""
         grid = grid or self.grid
         if grid.num_steps != self.num_steps:
             raise ValueError(f"grid has {grid.num_steps} steps; this engine runs {self.num_steps}")
-        if not len(slots) == len(seeds) == len(prompts) == len(negative_prompts):
+        conditions = [None] * len(slots) if conditions is None else list(conditions)
+        for condition in conditions:
+            if condition is not None and tuple(condition.latent.shape) != tuple(self.latent_shape):
+                raise ValueError(f"a condition's latent has shape {tuple(condition.latent.shape)}; this env's "
+                                 f"latent is {tuple(self.latent_shape)}")
+        if not len(slots) == len(seeds) == len(prompts) == len(negative_prompts) == len(conditions):
             raise ValueError(f"{len(slots)} slots need as many seeds, prompts and negative prompts "
                              f"(got {len(seeds)}, {len(prompts)}, {len(negative_prompts)})")
         seeds = [checked_seed(seed) for seed in seeds]
@@ -160,7 +171,7 @@ class RolloutEngine:
                     raise ValueError(f"{name} must be a str, got {type(text).__name__}: {text!r}")
         n, shape, device = self.num_steps, self.latent_shape, self.device
         episodes = []
-        for seed, prompt, negative in zip(seeds, prompts, negative_prompts):
+        for seed, prompt, negative, condition in zip(seeds, prompts, negative_prompts, conditions):
             cond, uncond = self.model.tokenize(prompt, negative, self.num_frames, self.height, self.width, self.fps)
             for name, text, ids in (("prompt", prompt, cond), ("negative_prompt", negative, uncond)):
                 if len(ids) > self.max_prompt_tokens:
@@ -169,10 +180,16 @@ class RolloutEngine:
             rng = torch.Generator(device=device).manual_seed(seed)
             # Drawn exactly as Cosmos3OmniPipeline.prepare_latents draws x(sigma_0) from its generator.
             noise = torch.randn((1, *shape), generator=rng, device=device)[0]
+            clean = () if condition is None else tuple(condition.clean_frames)
+            if clean:
+                clean_mask = torch.zeros((shape[1], 1, 1), device=device)
+                clean_mask[list(clean)] = 1.0
+                noise = clean_mask * condition.latent.to(device=device, dtype=noise.dtype) + (1.0 - clean_mask) * noise
             latents = torch.zeros((n + 1, *shape), device=device)
             latents[0] = noise
             episodes.append(Episode(
                 seed=seed, prompt=prompt, negative_prompt=negative, cond_ids=tuple(cond), uncond_ids=tuple(uncond),
+                clean_frames=clean,
                 sigmas=grid.sigmas.to(device).clone(), timesteps=grid.timesteps.to(device).clone(), rng=rng, step=0,
                 latents=latents, x0_pred=noise.clone(), noises=torch.zeros((n, *shape), device=device),
                 log_probs=torch.zeros(n, device=device), log_prob_sums=torch.zeros(n, device=device),
@@ -182,13 +199,14 @@ class RolloutEngine:
         return episodes
 
     def reset_slots(self, slots: list[int], seeds: list[int], prompts: list[str], negative_prompts: list[str],
-                    grid: SigmaGrid | None = None) -> None:
+                    grid: SigmaGrid | None = None, conditions: list[Condition | None] | None = None) -> None:
         """Start a new episode in each of ``slots``: seed, tokenize, draw the initial latent."""
-        self.commit(resets=dict(zip(slots, self.prepare_reset(slots, seeds, prompts, negative_prompts, grid))))
+        episodes = self.prepare_reset(slots, seeds, prompts, negative_prompts, grid, conditions)
+        self.commit(resets=dict(zip(slots, episodes)))
 
     # --- step -----------------------------------------------------------------------
     def _packed_for(self, episodes: list[Episode]):
-        requests = tuple((e.cond_ids, e.uncond_ids, self.fps) for e in episodes)
+        requests = tuple((e.cond_ids, e.uncond_ids, self.fps, e.clean_frames) for e in episodes)
         if self._packed[0] != requests:
             self._packed = (requests, pack_cfg_rows(self.model, requests, self.latent_shape))
         return self._packed[1]
@@ -274,7 +292,7 @@ class RolloutEngine:
             noise_levels=host(e.noise_levels[:k]), noises=host(e.noises[:k]),
             weights_versions=host(e.weights_versions[:k]), seed=e.seed, prompt=e.prompt,
             negative_prompt=e.negative_prompt, cond_ids=list(e.cond_ids), uncond_ids=list(e.uncond_ids),
-            kind=self.kind, num_frames=self.num_frames, height=self.height, width=self.width, fps=self.fps,
+            clean_frames=list(e.clean_frames), kind=self.kind, num_frames=self.num_frames, height=self.height, width=self.width, fps=self.fps,
         )
 
     # --- state ----------------------------------------------------------------------

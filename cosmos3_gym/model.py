@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +118,15 @@ def check_checkpoint(path: str | Path) -> Path:
                              f"built into transformers (remove 'auto_map' and set 'tokenizer_class')")
     component_config(path, "scheduler")
     return path
+
+
+@dataclass(frozen=True)
+class Condition:
+    """Clean conditioning of one request: the encoded video ``latent`` ``[C, T, H, W]`` (fp32) and
+    the latent frames of it that stay clean (the rest is generated)."""
+
+    latent: torch.Tensor
+    clean_frames: tuple[int, ...]
 
 
 class Cosmos3Model:
@@ -242,6 +252,32 @@ class Cosmos3Model:
         return self.pipeline.tokenize_prompt(
             prompt, negative_prompt, num_frames=num_frames, height=height, width=width, fps=fps
         )
+
+    # --- conditioning -----------------------------------------------------------------
+    @torch.no_grad()
+    def encode_condition(self, num_frames: int, height: int, width: int, image: np.ndarray | None = None,
+                         video: np.ndarray | None = None) -> Condition:
+        """The clean frames of an image-to-video (``image`` uint8 ``[H, W, 3]``) or video-to-video
+        (``video`` uint8 ``[F, H, W, 3]``, ``F = 1 + 4k`` frames) request, built exactly as
+        ``Cosmos3OmniPipeline.prepare_latents`` builds them: the given frames first, the last one
+        repeated to ``num_frames``, the whole clip encoded by the VAE. Latent frame ``j`` is clean
+        when all the pixel frames it encodes are given: frame 0 for an image, frames
+        ``0 .. (F - 1) // 4`` for a video (the pipeline's ``condition_frame_indexes_vision``)."""
+        from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _preprocess_conditioning_image
+
+        pipe, dtype = self.pipeline, self.vae.dtype
+        clip = torch.zeros(1, 3, num_frames, height, width, dtype=dtype, device=self.device)
+        if image is not None:
+            frames = _preprocess_conditioning_image(image, height=height, width=width).to(self.device, dtype)
+            frames, clean = frames.unsqueeze(2), (0,)
+        else:
+            frames = pipe.video_processor.preprocess_video(video, height=height, width=width).to(self.device, dtype)
+            clean = tuple(range((len(video) - 1) // self.temporal_compression + 1))
+        given = min(frames.shape[2], num_frames)
+        clip[:, :, :given] = frames[:, :, :given]
+        clip[:, :, given:] = clip[:, :, given - 1 : given]
+        latent = pipe._encode_video(clip).float()[0]
+        return Condition(latent=latent, clean_frames=clean)
 
     # --- model ----------------------------------------------------------------------
     def pack(self, rows: list[RowSpec]) -> PackedRows:

@@ -40,13 +40,15 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
 
 @dataclass(frozen=True)
 class RowSpec:
-    """The static description of one row: its prompt tokens and its latent grid."""
+    """The static description of one row: its prompt tokens, its latent grid and which latent
+    frames are clean conditioning (timestep 0, no prediction), as ``Cosmos3OmniPipeline`` packs them."""
 
     input_ids: tuple[int, ...]
     latent_frames: int
     latent_height: int
     latent_width: int
     fps: float
+    clean_frames: tuple[int, ...] = ()
 
 
 FLEX_PAD_MULTIPLE = 256
@@ -126,6 +128,7 @@ class PackedRows:
         self.rows = rows
         text_positions, vision_positions = [], []
         self.token_shapes, self.noisy_frames, und_lengths, gen_lengths = [], [], [], []
+        noisy_offsets, self.noisy_lengths, row_start = [], [], 0
         for row in rows:
             ids, next_offset = get_3d_mrope_ids_text_tokens(
                 len(row.input_ids), temporal_offset=0, use_float_positions=cfg.enable_fps_modulation
@@ -142,7 +145,12 @@ class PackedRows:
             )
             vision_positions.append(vision_ids)
             self.token_shapes.append(grid)
-            self.noisy_frames.append(torch.arange(grid[0], device=device))
+            noisy = [f for f in range(grid[0]) if f not in row.clean_frames]
+            self.noisy_frames.append(torch.tensor(noisy, dtype=torch.long, device=device))
+            frame_tokens = grid[1] * grid[2]
+            noisy_offsets += [row_start + f * frame_tokens + i for f in noisy for i in range(frame_tokens)]
+            self.noisy_lengths.append(len(noisy) * frame_tokens)
+            row_start += math.prod(grid)
             und_lengths.append(len(row.input_ids))
             gen_lengths.append(math.prod(grid))
         input_ids = [i for row in rows for i in row.input_ids]
@@ -157,6 +165,7 @@ class PackedRows:
         self.input_ids = torch.tensor(input_ids, dtype=torch.long, device=device)
         self.position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device)
         self.gen_indexes = torch.arange(self.und_len, self.und_len + gen_len, device=device)
+        self.noisy_gen_offsets = torch.tensor(noisy_offsets, dtype=torch.long, device=device)
         self.text_cache: list | None = None
         self.text_cache_version: int | None = None  # the model's weights_version the cache was computed with
         if attention == "flex":
@@ -173,7 +182,7 @@ class PackedRows:
         """
         device = self.input_ids.device
         vision_timesteps = torch.cat(
-            [torch.full((n,), t, device=device) for n, t in zip(self.gen_lengths, timesteps)]
+            [torch.full((n,), t, device=device) for n, t in zip(self.noisy_lengths, timesteps)]
         )
         und_len = 0 if text_cached else self.und_len
         gen_indexes = self.gen_indexes - self.und_len + und_len
@@ -186,7 +195,7 @@ class PackedRows:
             vision_tokens=[latent.to(device=device, dtype=dtype) for latent in latents],
             vision_token_shapes=self.token_shapes,
             vision_sequence_indexes=gen_indexes,
-            vision_mse_loss_indexes=gen_indexes,
+            vision_mse_loss_indexes=self.noisy_gen_offsets + und_len,
             vision_timesteps=vision_timesteps,
             vision_noisy_frame_indexes=self.noisy_frames,
             return_dict=False,

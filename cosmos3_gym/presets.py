@@ -21,6 +21,7 @@ from .schedule import NUM_TRAIN_TIMESTEPS, SigmaGrid, explicit_grid, flow_shift_
 from .sde import KINDS
 
 ACTION_MODES = ("control", "noise")
+CONDITIONINGS = ("none", "image", "video")
 SIGMA_GRIDS = ("serving", "flow_shift", "explicit")
 # The keys of rewards.REWARDS (which checks this at import), spelled out so that validating a preset
 # does not import the reward functions and the toy world they score against.
@@ -71,6 +72,8 @@ class Preset:
     negative_prompt: str = ""
     prompts: tuple[str, ...] = ("a red ball bounces to the right",)
     max_prompt_tokens: int = 1024
+    conditioning: str = "none"
+    condition_frames: int = 5
     description: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -85,7 +88,7 @@ class Preset:
                 fail(name, f"an integer in [1, {MAX_STEPS}] (the scheduler's {MAX_STEPS} training timesteps)"
                      if steps else "an integer >= 1")
         for name, allowed in (("kind", KINDS), ("action_mode", ACTION_MODES), ("sigma_grid", SIGMA_GRIDS),
-                              ("reward", REWARD_NAMES)):
+                              ("reward", REWARD_NAMES), ("conditioning", CONDITIONINGS)):
             if not isinstance(getattr(self, name), str) or getattr(self, name) not in allowed:
                 fail(name, list(allowed))
         for name in ("fps", "flow_shift"):
@@ -102,6 +105,12 @@ class Preset:
                 raise ValueError(f"preset {_short(self.id)}: {default}={value} lies outside {name}={list(bounds)}")
         if not (0.0 <= self.noise_level_bounds[0] and self.noise_level_bounds[1] <= 1.0):
             fail("noise_level_bounds", "a sub-interval of [0, 1]")
+        if self.conditioning != "none" and self.num_frames == 1:
+            fail("conditioning", "'none' for a one-frame (text-to-image) env: conditioning keeps frames of a video")
+        cf = self.condition_frames
+        if not isinstance(cf, int) or isinstance(cf, bool) or cf < 1 or (cf - 1) % 4 or (
+                self.conditioning == "video" and cf >= self.num_frames):
+            fail("condition_frames", f"1 + a multiple of 4 (whole latent frames), below num_frames={self.num_frames}")
         prompts = self.prompts
         if isinstance(prompts, str):  # iterating it would draw single letters as prompts
             fail("prompts", f"a list of strings, not one string: pass [{_short(prompts)}] for a single prompt")

@@ -96,8 +96,10 @@ def sde_step(
         noise: standard-normal ``[B, ...]`` to use; otherwise drawn from ``generator``.
         next_sample: if given, no noise is drawn and this sample's log-prob is evaluated
             (replay of a stored transition).
-        mask: optional boolean tensor broadcastable to ``sample``; the log-prob is reduced
-            over the ``True`` (noisy) elements only, e.g. to leave out clean conditioning frames.
+        mask: optional boolean tensor broadcastable to ``sample``, True where an element is
+            noisy (generated). Elements outside it are clean conditioning: a sampled step
+            copies them unchanged (``x' = where(mask, mean + scale * noise, x)``) and the
+            log-prob sums over the noisy elements only; ``log_prob`` divides by their number.
 
     Returns:
         :class:`SDEStep`; see its docstring for the log-prob convention.
@@ -127,6 +129,8 @@ def sde_step(
         elif noise.shape != x.shape:
             raise ValueError(f"noise shape {tuple(noise.shape)} differs from sample shape {tuple(x.shape)}")
         next_sample = mean + scale * noise.float()
+        if mask is not None:
+            next_sample = torch.where(mask.to(device=device, dtype=torch.bool), next_sample, x)
     else:
         next_sample = next_sample.float()
 

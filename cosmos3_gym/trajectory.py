@@ -22,6 +22,7 @@ HEADER_KEY = "cosmos3_gym.trajectory"
 # JSON header fields and their types.
 METADATA_TYPES = {
     "seed": (int, type(None)), "prompt": str, "negative_prompt": str, "cond_ids": list, "uncond_ids": list,
+    "clean_frames": list,
     "kind": str, "num_frames": int, "height": int, "width": int, "fps": (int, float), "extra": dict,
 }
 
@@ -52,6 +53,7 @@ class Trajectory:
     negative_prompt: str
     cond_ids: list[int]
     uncond_ids: list[int]
+    clean_frames: list[int]
     kind: str
     num_frames: int
     height: int
@@ -79,6 +81,11 @@ class Trajectory:
                 raise ValueError(f"trajectory field {name!r} is {value!r}; expected {kind}")
         if not all(isinstance(i, int) for i in self.cond_ids + self.uncond_ids):
             raise ValueError("trajectory fields 'cond_ids'/'uncond_ids' must be lists of token ids (int)")
+        frames = self.latents.shape[2] if self.latents.ndim == 5 else 0
+        if not all(isinstance(f, int) and 0 <= f < frames for f in self.clean_frames) \
+                or len(set(self.clean_frames)) != len(self.clean_frames) or len(self.clean_frames) >= max(frames, 1):
+            raise ValueError(f"trajectory field 'clean_frames' is {self.clean_frames!r}; expected distinct latent "
+                             f"frame indexes in [0, {frames}) leaving at least one frame to generate")
         for name in TENSOR_FIELDS:
             tensor = getattr(self, name)
             if not isinstance(tensor, torch.Tensor):

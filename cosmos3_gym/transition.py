@@ -19,10 +19,23 @@ from .trajectory import Trajectory
 
 
 def pack_cfg_rows(model: Cosmos3Model, requests: Sequence[tuple], latent_shape: Sequence[int]) -> PackedRows:
-    """Pack ``(cond_ids, uncond_ids, fps)`` requests as rows: per request the conditional row,
-    then the unconditional one (the order :func:`transition` reads them back)."""
+    """Pack ``(cond_ids, uncond_ids, fps, clean_frames)`` requests as rows: per request the
+    conditional row, then the unconditional one (the order :func:`transition` reads them back)."""
     grid = tuple(latent_shape)[1:]
-    return model.pack([RowSpec(tuple(ids), *grid, fps) for cond, uncond, fps in requests for ids in (cond, uncond)])
+    return model.pack([RowSpec(tuple(ids), *grid, fps, tuple(clean)) for cond, uncond, fps, clean in requests
+                       for ids in (cond, uncond)])
+
+
+def noisy_mask(packed: PackedRows, latent_shape: Sequence[int]) -> torch.Tensor | None:
+    """``[b, 1, T, 1, 1]`` bool, True on the latent frames each request generates (None: all of them)."""
+    frames = latent_shape[1]
+    noisy = packed.noisy_frames[0::2]
+    if all(len(n) == frames for n in noisy):
+        return None
+    mask = torch.zeros((len(noisy), frames), dtype=torch.bool, device=noisy[0].device)
+    for j, indexes in enumerate(noisy):
+        mask[j, indexes] = True
+    return mask.view(len(noisy), 1, frames, 1, 1)
 
 
 def transition(model: Cosmos3Model, packed: PackedRows, latents: torch.Tensor, timesteps: Sequence[float],
@@ -31,8 +44,11 @@ def transition(model: Cosmos3Model, packed: PackedRows, latents: torch.Tensor, t
                next_sample: torch.Tensor | None = None) -> tuple[SDEStep, torch.Tensor]:
     """One denoising transition of ``latents[j]`` (request ``j`` of ``packed``).
 
-    The velocity is ``u + g (c - u)`` (classifier-free guidance) in fp32; returns the
-    :class:`~cosmos3_gym.sde.SDEStep` and that velocity. Autograd is as the caller set it.
+    The velocity is ``u + g (c - u)`` (classifier-free guidance) in fp32, zero on clean
+    conditioning frames (the transformer predicts only the noisy ones, as in
+    ``Cosmos3OmniPipeline``); the SDE step copies clean frames unchanged and scores the noisy
+    elements only. Returns the :class:`~cosmos3_gym.sde.SDEStep` and the velocity. Autograd is
+    as the caller set it.
     """
     rows_latents = [latent.unsqueeze(0) for latent in latents for _ in range(2)]
     rows_timesteps = [float(t) for t in timesteps for _ in range(2)]
@@ -41,7 +57,7 @@ def transition(model: Cosmos3Model, packed: PackedRows, latents: torch.Tensor, t
     g = guidance.float().to(cond.device).view(-1, *([1] * (cond.ndim - 1)))
     velocity = uncond + g * (cond - uncond)
     step = sde_step(velocity, latents, sigma, sigma_next, kind=kind, noise_level=noise_level, sigma_max=sigma_max,
-                    noise=noise, next_sample=next_sample)
+                    noise=noise, next_sample=next_sample, mask=noisy_mask(packed, latents.shape[1:]))
     return step, velocity
 
 
@@ -90,7 +106,8 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
     out = []
     for start in range(0, len(batch), size):
         chunk = batch[start:start + size]
-        packed = pack_cfg_rows(model, [(t.cond_ids, t.uncond_ids, t.fps) for t in chunk], chunk[0].latents.shape[1:])
+        packed = pack_cfg_rows(model, [(t.cond_ids, t.uncond_ids, t.fps, t.clean_frames) for t in chunk],
+                               chunk[0].latents.shape[1:])
         latents = torch.stack([t.latents for t in chunk]).to(model.device)
         sigmas = torch.stack([t.sigmas for t in chunk]).to(model.device)
         timesteps = torch.stack([t.timesteps for t in chunk])

@@ -15,7 +15,9 @@ from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, observation_space
 
-OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask")
+OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video")
+# The conditioning option of each kind of preset, and the dimensions of one env's value.
+CONDITION_NDIM = {"image": 3, "video": 4}
 ARRAY_TYPES = ("numpy", "torch")
 # Per-step info keys: (info key, Transition field).
 STEP_INFO = (("log_prob", "log_prob"), ("log_prob_sum", "log_prob_sum"), ("sigma", "sigma"),
@@ -45,8 +47,12 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
 
     ``reset(seed=s)`` seeds env ``i`` with ``s + i`` (or takes a list of B seeds; seeds lie in
     ``[0, 2**63 - 1]``). ``options``: ``prompt`` / ``negative_prompt`` (a str for all, or a
-    list: one per env, or one per group when ``group_size > 1``) and ``reset_mask`` (reset
-    only those envs). ``group_size=g`` makes consecutive groups of ``g`` envs share a prompt
+    list: one per env, or one per group when ``group_size > 1``), ``reset_mask`` (reset
+    only those envs) and, for conditioned presets (``conditioning="image"`` / ``"video"``),
+    ``image`` (uint8 ``[H, W, 3]``, or one per env / per group) or ``video`` (uint8
+    ``[F, H, W, 3]``, ``F = 1 + 4k``): those frames stay clean, the rest is generated. Without
+    it, each group gets a scene of :mod:`cosmos3_gym.world` (its first frame, or its first
+    ``condition_frames`` frames) and, unless a prompt is given, the scene's caption. ``group_size=g`` makes consecutive groups of ``g`` envs share a prompt
     with distinct seeds (GRPO groups). :meth:`fork` branches one env's state into others.
 
     Autoreset: ``autoreset_mode`` (``metadata["autoreset_mode"]``) is ``NEXT_STEP``
@@ -183,12 +189,10 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         if not mask.all() and not self._was_reset:
             raise ValueError("options['reset_mask'] must select every env on the first reset()")
         seeds, rng = self._seeds(seed)
-        groups = self.num_envs // self.group_size
-        prompts = self._per_env("prompt", options.get("prompt"), self._draw_prompts(rng, self.preset.prompts, groups))
-        negatives = self._per_env("negative_prompt", options.get("negative_prompt"), self.preset.negative_prompt)
         envs = np.flatnonzero(mask).tolist()
+        prompts, negatives, conditions = self._requests(rng, options, envs)
         episodes = self.engine.prepare_reset(envs, [seeds[i] for i in envs], [prompts[i] for i in envs],
-                                             [negatives[i] for i in envs])
+                                             [negatives[i] for i in envs], conditions=[conditions[i] for i in envs])
         # Everything is checked: install.
         self.engine.commit(resets=dict(zip(envs, episodes)))
         self._rng = rng
@@ -198,14 +202,84 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
                  "_seed": mask.copy(), "_prompt": mask.copy()}
         return self._obs(), infos
 
+    def _requests(self, rng: np.random.Generator, options: dict, envs: list[int]) -> tuple[list, list, list]:
+        """Per-env prompts, negative prompts and conditions (encoded for ``envs`` only) from the
+        reset options, drawing what they leave open (one draw per GRPO group)."""
+        mode, groups = self.preset.conditioning, self.num_envs // self.group_size
+        for key in CONDITION_NDIM:
+            if key in options and key != mode:
+                raise ValueError(f"options[{key!r}] is for a preset with conditioning={key!r}; this env's is "
+                                 f"{mode!r} (use Cosmos3Rollout{'I2V' if key == 'image' else 'V2V'}-v0)")
+        clips = None
+        if mode != "none" and options.get(mode) is None:
+            clips, captions = self._draw_scenes(rng, groups)
+            default_prompts = captions
+        else:
+            default_prompts = self._draw_prompts(rng, self.preset.prompts, groups)
+        prompts = self._per_env("prompt", options.get("prompt"), default_prompts)
+        negatives = self._per_env("negative_prompt", options.get("negative_prompt"), self.preset.negative_prompt)
+        conditions = [None] * self.num_envs
+        if mode != "none":
+            given = clips if clips is not None else self._per_env_arrays(mode, options[mode])
+            encoded = {}
+            for i in envs:  # one encode per distinct clip (a GRPO group shares one)
+                key = id(given[i])
+                if key not in encoded:
+                    encoded[key] = self.engine.model.encode_condition(
+                        self.preset.num_frames, self.preset.height, self.preset.width, **{mode: given[i]})
+                conditions[i] = encoded[key]
+        return prompts, negatives, conditions
+
+    def _draw_scenes(self, rng: np.random.Generator, count: int) -> tuple[list[np.ndarray], list[str]]:
+        """``count`` conditioning clips from scenes of the procedural world, and their captions."""
+        from .world import render, sample_scene
+
+        p = self.preset
+        if p.height != p.width:
+            raise ValueError(f"reset() without options[{p.conditioning!r}] draws a scene of the square procedural "
+                             f"world, but this env is {p.height}x{p.width}: pass options[{p.conditioning!r}]")
+        frames = 1 if p.conditioning == "image" else p.condition_frames
+        scenes = [sample_scene(rng, p.num_frames, p.height) for _ in range(count)]
+        clips = [render(scene, p.num_frames, p.height)[:frames] for scene in scenes]
+        clips = [clip[0] if p.conditioning == "image" else clip for clip in clips]
+        return [clip for clip in clips for _ in range(self.group_size)], [s.caption for s in scenes]
+
+    def _per_env_arrays(self, name: str, value) -> list[np.ndarray]:
+        """Expand one conditioning array, or one per env / per group, to one per env; check each."""
+        p, ndim = self.preset, CONDITION_NDIM[name]
+        array = np.asarray(value)
+        items = [array] if array.ndim == ndim else list(array)
+        groups = self.num_envs // self.group_size
+        if array.ndim == ndim:
+            items = items * self.num_envs
+        elif array.ndim == ndim + 1 and len(items) == groups:
+            items = [item for item in items for _ in range(self.group_size)]
+        elif not (array.ndim == ndim + 1 and len(items) == self.num_envs):
+            raise ValueError(f"options[{name!r}] has shape {array.shape}; expected one uint8 "
+                             f"{'[H, W, 3]' if name == 'image' else '[F, H, W, 3]'} for all envs, or "
+                             f"{self.num_envs} (one per env) or {groups} (one per group) of them")
+        latent_frames = self.engine.latent_shape[1]
+        for item in items:
+            shape = (p.height, p.width, 3)
+            if item.dtype != np.uint8:
+                raise ValueError(f"options[{name!r}] has dtype {item.dtype}; expected uint8 pixels in [0, 255]")
+            if tuple(item.shape[-3:]) != shape:
+                raise ValueError(f"options[{name!r}] has frames of shape {tuple(item.shape[-3:])}; this env "
+                                 f"generates {shape} (height, width, RGB)")
+            if name == "video":
+                count = item.shape[0]
+                if (count - 1) % 4 or not 1 <= (count - 1) // 4 + 1 < latent_frames:
+                    raise ValueError(f"options['video'] has {count} frames; give 1 + 4k frames (whole latent "
+                                     f"frames), fewer than num_frames={p.num_frames} so that some are generated")
+        return items
+
     def _prepare_autoreset(self, envs: list[int], rng: np.random.Generator) -> dict:
-        """Fresh episodes for ``envs`` (new seeds; one new prompt per GRPO group), not installed."""
+        """Fresh episodes for ``envs`` (new seeds; new prompts and conditions per GRPO group), not installed."""
         seeds = self._draw_seeds(rng, len(envs))
-        group_prompts = {}
-        for env in envs:
-            group_prompts.setdefault(env // self.group_size, self._draw_prompts(rng, self.preset.prompts, 1)[0])
-        prompts = [group_prompts[e // self.group_size] for e in envs]
-        return dict(zip(envs, self.engine.prepare_reset(envs, seeds, prompts, [self.preset.negative_prompt] * len(envs))))
+        prompts, negatives, conditions = self._requests(rng, {}, envs)
+        return dict(zip(envs, self.engine.prepare_reset(envs, seeds, [prompts[i] for i in envs],
+                                                        [negatives[i] for i in envs],
+                                                        conditions=[conditions[i] for i in envs])))
 
     # --- step -----------------------------------------------------------------------
     def step(self, actions):

@@ -161,7 +161,8 @@ def test_every_flag_has_help_and_env_choices_are_the_presets():
         for action in command._actions:
             assert action.help, f"{name} {action.option_strings} has no help"
             if "--env" in action.option_strings:
-                assert list(action.choices) == cosmos3_gym.ENV_IDS == ["Cosmos3RolloutT2I-v0", "Cosmos3Rollout-v0"]
+                assert list(action.choices) == cosmos3_gym.ENV_IDS
+                assert {"Cosmos3Rollout-v0", "Cosmos3RolloutT2I-v0", "Cosmos3RolloutI2V-v0"} <= set(action.choices)
                 assert all(env_id in action.help for env_id in cosmos3_gym.ENV_IDS)  # listed in --help
         flags = {s for a in command._actions for s in a.option_strings}
         if name in ("demo", "rollout", "evaluate"):
@@ -173,7 +174,7 @@ def test_import_is_light_and_help_is_fast():
     code = ("import sys, gymnasium as gym, cosmos3_gym; print('torch' in sys.modules);"
             "print(sorted(i for i in gym.registry if i.startswith('Cosmos3')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT).stdout
-    assert out.split("\n")[:2] == ["False", "['Cosmos3Rollout-v0', 'Cosmos3RolloutT2I-v0']"]
+    assert out.split("\n")[:2] == ["False", "['Cosmos3Rollout-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0', 'Cosmos3RolloutV2V-v0']"]
     script = Path(sys.executable).parent / "cosmos3-gym"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "cosmos3_gym.cli"]
     start = time.perf_counter()

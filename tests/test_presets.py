@@ -22,7 +22,8 @@ def rejected(**overrides) -> str:
 def test_shipped_presets_are_valid_and_reward_names_match_the_rewards():
     from cosmos3_gym.rewards import REWARDS
 
-    assert [p.id for p in all_presets()] == ["Cosmos3RolloutT2I-v0", "Cosmos3Rollout-v0"]
+    assert [p.id for p in all_presets()] == ["Cosmos3RolloutI2V-v0", "Cosmos3RolloutT2I-v0", "Cosmos3Rollout-v0",
+                                             "Cosmos3RolloutV2V-v0"]  # file order
     from cosmos3_gym.presets import REWARD_NAMES
 
     assert REWARD_NAMES == tuple(REWARDS)
