@@ -59,7 +59,13 @@ class Cosmos3RolloutEnv(gym.Env):
     ``reset(seed=s)`` seeds the episode's ``torch.Generator`` with ``s``, an int in
     ``[0, 2**63 - 1]`` (a fresh seed is drawn from the env's RNG when ``s`` is None) and draws ``x(sigma_0)`` from it exactly as
     ``Cosmos3OmniPipeline`` does. ``options`` may carry ``prompt`` and ``negative_prompt``;
-    otherwise the prompt is drawn from the preset's ``prompts``.
+    otherwise the prompt is drawn from the preset's ``prompts``. Conditioned presets
+    (``conditioning="image"``: ``Cosmos3RolloutI2V-v0``; ``"video"``: ``Cosmos3RolloutV2V-v0``)
+    take ``options["image"]`` (uint8 ``[H, W, 3]``) or ``options["video"]`` (uint8
+    ``[F, H, W, 3]``, ``F = 1 + 4k``); its latent frames stay clean (``x = m x0 + (1 - m) noise``
+    at the start, timestep 0, zero velocity, copied unchanged by every step) and the log-prob
+    covers the generated elements only. Without the option a scene of :mod:`cosmos3_gym.world`
+    is drawn and its caption is the default prompt.
 
     ## Episode End
 
@@ -96,7 +102,7 @@ class Cosmos3RolloutEnv(gym.Env):
 
     ## Version History
 
-    * v0: initial release.
+    * v0: initial release (text-to-video, text-to-image, image- and video-to-video presets).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
