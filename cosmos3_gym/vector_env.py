@@ -248,13 +248,14 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         """Expand one conditioning array, or one per env / per group, to one per env; check each."""
         p, ndim = self.preset, CONDITION_NDIM[name]
         array = np.asarray(value)
-        items = [array] if array.ndim == ndim else list(array)
         groups = self.num_envs // self.group_size
         if array.ndim == ndim:
-            items = items * self.num_envs
-        elif array.ndim == ndim + 1 and len(items) == groups:
-            items = [item for item in items for _ in range(self.group_size)]
-        elif not (array.ndim == ndim + 1 and len(items) == self.num_envs):
+            items = [array] * self.num_envs
+        elif array.ndim == ndim + 1 and len(array) == groups:
+            items = [item for item in array for _ in range(self.group_size)]
+        elif array.ndim == ndim + 1 and len(array) == self.num_envs:
+            items = list(array)
+        else:
             raise ValueError(f"options[{name!r}] has shape {array.shape}; expected one uint8 "
                              f"{'[H, W, 3]' if name == 'image' else '[F, H, W, 3]'} for all envs, or "
                              f"{self.num_envs} (one per env) or {groups} (one per group) of them")
