@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from .interrupts import deferred_interrupts
 from .model import Condition, Cosmos3Model
 from .schedule import SigmaGrid
 from .sde import KINDS
@@ -58,6 +59,7 @@ class Episode:
     timesteps: torch.Tensor  # [N+1]
     rng: torch.Generator
     step: int
+    done: bool  # took its last step, or its latent turned NaN/Inf: only a reset continues it
     latents: torch.Tensor  # [N+1, C, T, H, W]
     x0_pred: torch.Tensor  # [C, T, H, W] the last step's x0-prediction (the noise before step 0)
     noises: torch.Tensor  # [N, C, T, H, W]
@@ -191,6 +193,7 @@ class RolloutEngine:
                 seed=seed, prompt=prompt, negative_prompt=negative, cond_ids=tuple(cond), uncond_ids=tuple(uncond),
                 clean_frames=clean,
                 sigmas=grid.sigmas.to(device).clone(), timesteps=grid.timesteps.to(device).clone(), rng=rng, step=0,
+                done=False,
                 latents=latents, x0_pred=noise.clone(), noises=torch.zeros((n, *shape), device=device),
                 log_probs=torch.zeros(n, device=device), log_prob_sums=torch.zeros(n, device=device),
                 guidance_scales=torch.zeros(n, device=device), noise_levels=torch.zeros(n, device=device),
@@ -217,7 +220,7 @@ class RolloutEngine:
         is given) without installing it; ``episodes`` overrides slots' episodes (pending resets)."""
         current = [(episodes or {}).get(s) or self.episode(s) for s in slots]
         for slot, episode in zip(slots, current):
-            if episode.step >= self.num_steps:
+            if episode.done:
                 raise RuntimeError(f"slot {slot} has finished its episode; reset it before stepping")
         k = torch.tensor([e.step for e in current], device=self.device)
         sigmas = torch.stack([e.sigmas for e in current])
@@ -252,10 +255,12 @@ class RolloutEngine:
         return result
 
     def commit(self, transition: Transition | None = None, resets: dict[int, Episode] | None = None) -> None:
-        """Install a prepared step and/or prepared episodes. Resets replace slots whole; a
-        step's rows land in each episode's history before its step index moves, so an
-        interrupted commit leaves every slot at a consistent step."""
-        resets = resets or {}
+        """Install a prepared step and/or prepared episodes, as one section that a Ctrl-C
+        cannot split (:func:`~cosmos3_gym.interrupts.deferred_interrupts`)."""
+        with deferred_interrupts():
+            self._install(transition, resets or {})
+
+    def _install(self, transition: Transition | None, resets: dict[int, Episode]) -> None:
         if transition is not None:
             for j, slot in enumerate(transition.slots):
                 episode = resets.get(slot) or self.episode(slot)
@@ -268,7 +273,7 @@ class RolloutEngine:
                 episode.noise_levels[k] = transition.noise_level[j]
                 episode.weights_versions[k] = transition.weights_version
                 episode.x0_pred = transition.x0_pred[j].clone()
-                episode.rng, episode.step = transition.rngs[j], k + 1
+                episode.rng, episode.step, episode.done = transition.rngs[j], k + 1, bool(transition.done[j])
         for slot, episode in resets.items():
             self.episodes[slot] = episode
 
@@ -296,37 +301,64 @@ class RolloutEngine:
         )
 
     # --- state ----------------------------------------------------------------------
+    def _config(self) -> dict:
+        """What a snapshot must agree on to be restored here."""
+        cfg = self.model.transformer.config
+        return {"latent_shape": tuple(self.latent_shape), "num_steps": self.num_steps, "kind": self.kind,
+                "fps": self.fps, "model": (type(self.model.transformer).__name__, cfg.hidden_size,
+                                           cfg.num_hidden_layers, cfg.vocab_size)}
+
     def get_state(self) -> dict:
         """A deep copy of every slot's episode (latents, generator state, step, grid, tokens, history)."""
-        return {"episodes": [None if e is None else e.copy() for e in self.episodes],
-                "latent_shape": tuple(self.latent_shape), "num_steps": self.num_steps, "kind": self.kind}
+        return {"episodes": [None if e is None else e.copy() for e in self.episodes], **self._config()}
+
+    def _check_episode(self, i: int, e) -> None:
+        """Raise ``ValueError`` unless ``e`` is an episode this engine can continue."""
+        n, shape, device = self.num_steps, tuple(self.latent_shape), self.device
+
+        def fail(what):
+            raise ValueError(f"set_state: env {i}'s episode {what}; it does not come from get_state() of this env")
+
+        if not isinstance(e, Episode):
+            fail(f"is a {type(e).__name__}")
+        if isinstance(e.step, bool) or not isinstance(e.step, int) or not 0 <= e.step <= n:
+            fail(f"has step={e.step!r} (expected an int in [0, {n}])")
+        if not isinstance(e.done, bool) or not isinstance(e.rng, torch.Generator):
+            fail("has a malformed 'done' flag or generator")
+        expected = {"latents": ((n + 1, *shape), torch.float32), "noises": ((n, *shape), torch.float32),
+                    "x0_pred": (shape, torch.float32), "sigmas": ((n + 1,), torch.float32),
+                    "timesteps": ((n + 1,), torch.float32), "weights_versions": ((n,), torch.long)}
+        expected.update({name: ((n,), torch.float32) for name in
+                         ("log_probs", "log_prob_sums", "guidance_scales", "noise_levels")})
+        for name, (want_shape, dtype) in expected.items():
+            value = getattr(e, name)
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != want_shape or value.dtype != dtype:
+                fail(f"has {name} {getattr(value, 'shape', type(value).__name__)}; expected {want_shape} {dtype}")
+            if value.device != device:
+                fail(f"lives on {value.device}; this env runs on {device}")
+        vocab = self.model.transformer.config.vocab_size
+        if not all(isinstance(t, int) and 0 <= t < vocab for t in (*e.cond_ids, *e.uncond_ids)):
+            fail(f"has token ids outside [0, {vocab})")
+        if not all(isinstance(f, int) and 0 <= f < shape[1] for f in e.clean_frames):
+            fail(f"has clean_frames={e.clean_frames!r}")
 
     def set_state(self, state: dict) -> None:
         """Restore a :meth:`get_state` snapshot exactly. The snapshot is checked whole first: one
         from another configuration raises ``ValueError`` naming the mismatch and changes nothing."""
         if not isinstance(state, dict) or "episodes" not in state:
             raise ValueError("set_state expects a dict returned by get_state()")
-        expected = {"latent_shape": tuple(self.latent_shape), "num_steps": self.num_steps, "kind": self.kind}
-        for name, value in expected.items():
+        for name, value in self._config().items():
             if state.get(name) != value:
                 raise ValueError(f"set_state: the state has {name}={state.get(name)!r}; this env has {value!r}")
         episodes = state["episodes"]
-        if len(episodes) != self.num_slots:
+        if not isinstance(episodes, list) or len(episodes) != self.num_slots:
             raise ValueError(f"set_state: the state holds {len(episodes)} envs; this env has {self.num_slots}")
         for i, e in enumerate(episodes):
-            if e is None:
-                continue
-            if not isinstance(e, Episode) or tuple(e.latents.shape) != (self.num_steps + 1, *self.latent_shape) \
-                    or not 0 <= e.step <= self.num_steps:
-                raise ValueError(f"set_state: env {i}'s episode does not fit this env (latents "
-                                 f"{tuple(getattr(getattr(e, 'latents', None), 'shape', ()))}, step "
-                                 f"{getattr(e, 'step', None)}); expected latents "
-                                 f"{(self.num_steps + 1, *self.latent_shape)}")
+            if e is not None:
+                self._check_episode(i, e)
         restored = [None if e is None else e.copy() for e in episodes]
-        for e in restored:
-            if e is not None and e.latents.device != self.device:
-                raise ValueError(f"set_state: the state lives on {e.latents.device}; this env runs on {self.device}")
-        self.episodes = restored
+        with deferred_interrupts():
+            self.episodes = restored
 
     def prepare_fork(self, src: int, dst: list[int], seeds: list[int | None]) -> dict[int, Episode]:
         """Copies of slot ``src``'s episode for ``dst``, child ``j`` reseeded with ``seeds[j]``

@@ -142,8 +142,10 @@ class Cosmos3RolloutEnv(gym.Env):
         return info
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        obs, infos = self.vector.reset(seed=seed, options=options)
+        if options is not None and isinstance(options, dict) and "reset_mask" in options:
+            raise ValueError("options['reset_mask'] is a vector-env option; a single env always resets its episode")
+        obs, infos = self.vector.reset(seed=seed, options=options)  # checks everything, then installs
+        super().reset(seed=None if seed is None else int(seed))  # Gymnasium's np_random, once the reset stands
         episode = self.engine.episode(0)
         info = {"prompt": episode.prompt, "seed": episode.seed, "sigmas": episode.sigmas.cpu().numpy().copy()}
         return self._unbatched(obs), info

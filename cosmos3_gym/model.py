@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .interrupts import deferred_interrupts
 from .packing import ATTENTION_BACKENDS, PackedRows, RowSpec, install_processors
 from .tiny_model import TINY_CHECKPOINT
 from .weights import merged_lora_weights, staged_update
@@ -163,7 +164,8 @@ class Cosmos3Model:
         self.transformer.requires_grad_(False).eval()
         self.vae.requires_grad_(False).eval()
         self.weights_version = 0
-        self._busy = threading.Lock()
+        self._owner: int | None = None  # the thread inside a forward or an update
+        self._guard = threading.Lock()
 
     @classmethod
     def from_components(cls, transformer, vae, tokenizer, scheduler, device=None, dtype=None,
@@ -283,12 +285,12 @@ class Cosmos3Model:
     def pack(self, rows: list[RowSpec]) -> PackedRows:
         return PackedRows(rows, self.transformer.config, self.temporal_compression, self.device, self.attention)
 
-    def __getstate__(self):  # copy.deepcopy: a copy gets its own lock
-        return {k: v for k, v in self.__dict__.items() if k != "_busy"}
+    def __getstate__(self):  # copy.deepcopy: a copy gets its own guard, and no owner
+        return {k: v for k, v in self.__dict__.items() if k not in ("_guard", "_owner")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._busy = threading.Lock()
+        self._owner, self._guard = None, threading.Lock()
 
     @contextmanager
     def exclusive(self, what: str):
@@ -297,13 +299,17 @@ class Cosmos3Model:
         The attention processors share per-forward state, so two forwards at once would mix
         their rows. Use one model per thread (or per process) to run envs concurrently.
         """
-        if not self._busy.acquire(blocking=False):
-            raise RuntimeError(f"{what}: this Cosmos3Model is in use by another thread; an engine (and the model "
-                               f"it shares) is used from one thread at a time: give each thread its own model")
+        me = threading.get_ident()
+        with self._guard:
+            if self._owner not in (None, me):
+                raise RuntimeError(f"{what}: this Cosmos3Model is in use by another thread; an engine (and the model "
+                                   f"it shares) is used from one thread at a time: give each thread its own model")
+            # Same thread: a call that an exception (or Ctrl-C) cut short never blocks the next one.
+            self._owner = me
         try:
             yield
         finally:
-            self._busy.release()
+            self._owner = None
 
     @torch.no_grad()
     def velocity(self, packed: PackedRows, latents: list[torch.Tensor], timesteps: list[float]) -> list[torch.Tensor]:
@@ -324,7 +330,8 @@ class Cosmos3Model:
         forward succeeds: an exception (or Ctrl-C) mid-forward leaves ``packed`` as it was.
         """
         with self.exclusive("forward"):
-            use_cache = packed.text_cache is not None and packed.text_cache_version == self.weights_version \
+            version = self.weights_fingerprint()
+            use_cache = packed.text_cache is not None and packed.text_cache_version == version \
                 and not torch.is_grad_enabled()
             building = None if use_cache else [None] * self.transformer.config.num_hidden_layers
             self.context.packed, self.context.text_cached = packed, use_cache
@@ -334,7 +341,7 @@ class Cosmos3Model:
             finally:
                 self.context.packed, self.context.new_text_cache = None, None
             if building is not None and not torch.is_grad_enabled():
-                packed.text_cache, packed.text_cache_version = building, self.weights_version
+                packed.text_cache, packed.text_cache_version = building, version
             return [pred.squeeze(0).float() for pred in preds]
 
     # --- weights --------------------------------------------------------------------
@@ -342,8 +349,8 @@ class Cosmos3Model:
         """Load new transformer weights from a trainer, all or nothing; returns the new version.
 
         ``weights``: a state dict, ``(name, tensor)`` pairs (e.g. ``named_parameters()``), or a
-        peft model holding LoRA adapters on a copy of this transformer (merged into the weights
-        here: ``W + B @ A * scaling``). Names are the transformer's ``state_dict`` keys.
+        ``peft.PeftModel`` over a copy of this transformer (LoRA, DoRA, ...: merged by peft's own
+        ``merge_and_unload`` on a copy, every weight sent). Names are the transformer's ``state_dict`` keys.
         Floating tensors are cast to the rollout dtype (an fp32 trainer feeding a bf16
         rollout is the normal case) and may live on any device. Unknown names, wrong shapes,
         non-floating, sparse or non-finite tensors raise ``ValueError`` before anything
@@ -353,9 +360,17 @@ class Cosmos3Model:
         """
         with self.exclusive("update_weights"):
             updates = merged_lora_weights(weights, self.transformer) if _is_peft_model(weights) else weights
-            staged_update(self.transformer, updates)
-            self.weights_version += 1
+            with deferred_interrupts():  # the weights and their version change together
+                staged_update(self.transformer, updates)
+                self.weights_version += 1
             return self.weights_version
+
+    def weights_fingerprint(self) -> tuple:
+        """``weights_version`` plus torch's in-place write counters of every transformer parameter:
+        it changes whenever a weight changes, through :meth:`update_weights` or behind its back
+        (``load_state_dict``, an optimizer step on this model), so cached text keys/values computed
+        with other weights are never reused."""
+        return (self.weights_version, tuple(p._version for p in self.transformer.parameters()))
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> np.ndarray:

@@ -167,7 +167,7 @@ class PackedRows:
         self.gen_indexes = torch.arange(self.und_len, self.und_len + gen_len, device=device)
         self.noisy_gen_offsets = torch.tensor(noisy_offsets, dtype=torch.long, device=device)
         self.text_cache: list | None = None
-        self.text_cache_version: int | None = None  # the model's weights_version the cache was computed with
+        self.text_cache_version = None  # the model's weights_fingerprint() the cache was computed with
         if attention == "flex":
             self.layout = _flex_layout(_row_ids(und_lengths, device), _row_ids(gen_lengths, device))
         else:

@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, RolloutEngine, checked_seed
+from .interrupts import deferred_interrupts
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, observation_space
@@ -99,9 +100,16 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.default_action = np.array([self.preset.guidance_scale, self.preset.noise_level], dtype=np.float32)
-        self._needs_reset = np.ones(num_envs, dtype=bool)
-        self._was_reset = False
         self._rng = np.random.default_rng()
+
+    @property
+    def _needs_reset(self) -> np.ndarray:
+        """Which envs have no running episode (read from the engine: one source of truth)."""
+        return np.array([e is None or e.done for e in self.engine.episodes])
+
+    @property
+    def _was_reset(self) -> bool:
+        return all(e is not None for e in self.engine.episodes)
 
     @property
     def model(self):
@@ -194,10 +202,9 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         episodes = self.engine.prepare_reset(envs, [seeds[i] for i in envs], [prompts[i] for i in envs],
                                              [negatives[i] for i in envs], conditions=[conditions[i] for i in envs])
         # Everything is checked: install.
-        self.engine.commit(resets=dict(zip(envs, episodes)))
-        self._rng = rng
-        self._needs_reset[envs] = False
-        self._was_reset = True
+        with deferred_interrupts():
+            self.engine.commit(resets=dict(zip(envs, episodes)))
+            self._rng = rng
         infos = {"seed": np.array(seeds, dtype=np.int64), "prompt": np.array(prompts, dtype=object),
                  "_seed": mask.copy(), "_prompt": mask.copy()}
         return self._obs(), infos
@@ -307,23 +314,21 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
                     rewards[ended], infos = self._score(ended, transition)
             if ended and self.autoreset_mode == AutoresetMode.SAME_STEP:
                 same_step_resets = self._prepare_autoreset(ended, rng)
-            # Everything that can fail has run: install the step, then the resets.
-            self.engine.commit(transition, resets)
+            # Everything that can fail has run: install the step (and the resets) in one section.
+            with deferred_interrupts():
+                self.engine.commit(transition, resets)
+                self._rng = rng
+                if ended:
+                    infos.update(self._out_masked("trajectory", {i: self.engine.trajectory(i) for i in ended}))
+                obs = self._obs()
+                if same_step_resets:
+                    infos["final_obs"], infos["final_info"] = obs, dict(infos)
+                    infos["_final_obs"] = infos["_final_info"] = np.isin(np.arange(n), ended)
+                    self.engine.commit(resets=same_step_resets)
+                    obs = self._obs()
         if transition is not None:
             terminations[ended] = True
             infos.update(self._step_infos(transition))
-        if ended:
-            infos.update(self._out_masked("trajectory", {i: self.engine.trajectory(i) for i in ended}))
-        self._rng = rng
-        self._needs_reset[resetting] = False
-        self._needs_reset[ended] = True
-        obs = self._obs()
-        if same_step_resets:
-            infos["final_obs"], infos["final_info"] = obs, dict(infos)
-            infos["_final_obs"] = infos["_final_info"] = np.isin(np.arange(n), ended)
-            self.engine.commit(resets=same_step_resets)
-            self._needs_reset[ended] = False
-            obs = self._obs()
         truncations = torch.zeros(n, dtype=torch.bool, device=self.device)
         if self.array_type == "numpy":
             return obs, rewards.cpu().numpy().astype(np.float64), terminations.cpu().numpy(), \
@@ -412,28 +417,28 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         rng = self._rng_copy()
         seeds = self._draw_seeds(rng, len(dst)) if seeds is None else list(seeds)
         children = self.engine.prepare_fork(src, dst, seeds)
-        self.engine.commit(resets=children)
-        self._rng = rng
-        self._needs_reset[dst] = False
+        with deferred_interrupts():
+            self.engine.commit(resets=children)
+            self._rng = rng
         return seeds
 
     def get_state(self) -> dict:
         """A deep copy of every env's episode and the env's own RNG (restore with :meth:`set_state`)."""
-        return {"engine": self.engine.get_state(), "needs_reset": self._needs_reset.copy(),
-                "was_reset": self._was_reset, "rng": self._rng.bit_generator.state}
+        return {"engine": self.engine.get_state(), "rng": self._rng.bit_generator.state}
 
     def set_state(self, state: dict) -> None:
         """Restore a :meth:`get_state` snapshot; a mid-episode snapshot makes the envs steppable
         again from that point. A snapshot of another configuration raises and changes nothing."""
-        if not isinstance(state, dict) or set(state) != {"engine", "needs_reset", "was_reset", "rng"}:
+        if not isinstance(state, dict) or set(state) != {"engine", "rng"}:
             raise ValueError("set_state expects a dict returned by get_state() of this kind of env")
-        needs_reset = np.asarray(state["needs_reset"], dtype=bool)
-        if needs_reset.shape != (self.num_envs,):
-            raise ValueError(f"set_state: the state holds {needs_reset.shape[0]} envs; this env has {self.num_envs}")
         rng = np.random.default_rng()
-        rng.bit_generator.state = state["rng"]
-        self.engine.set_state(state["engine"])  # validates whole before changing
-        self._needs_reset, self._was_reset, self._rng = needs_reset.copy(), bool(state["was_reset"]), rng
+        try:
+            rng.bit_generator.state = state["rng"]
+        except (TypeError, ValueError, KeyError) as error:
+            raise ValueError(f"set_state: the state's 'rng' is not a numpy generator state ({error})") from None
+        with deferred_interrupts():
+            self.engine.set_state(state["engine"])  # validates whole before changing
+            self._rng = rng
 
     def update_weights(self, weights) -> int:
         """New transformer weights from a trainer; see :meth:`Cosmos3Model.update_weights`."""

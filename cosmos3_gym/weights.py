@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
@@ -68,25 +70,15 @@ def staged_update(module: torch.nn.Module, weights) -> None:
 
 
 def merged_lora_weights(peft_model: torch.nn.Module, transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The weights of ``transformer`` that a peft model's active LoRA adapters change, merged
-    (``W + delta``, computed by peft's own ``get_delta_weight``), keyed by ``transformer``'s names."""
-    from peft.tuners.lora import LoraLayer
-
-    names = set(transformer.state_dict())
-    merged = {}
-    for module_name, layer in peft_model.named_modules():
-        if not isinstance(layer, LoraLayer):
-            continue
-        base = layer.get_base_layer()
-        weight = base.weight.detach().float()
-        for adapter in layer.active_adapters:
-            if adapter in layer.lora_A:
-                weight = weight + layer.get_delta_weight(adapter).detach().float()
-        name = module_name.removeprefix("base_model.model.") + ".weight"
-        if name not in names:
-            raise ValueError(f"update_weights: the LoRA layer {module_name!r} maps to {name!r}, which this "
-                             f"transformer does not have; apply the adapter to a copy of the rollout transformer")
-        merged[name] = weight
-    if not merged:
-        raise ValueError("update_weights: the peft model has no LoRA layers")
+    """All weights of a peft model (a ``peft.PeftModel`` over a copy of ``transformer``) with its
+    adapters merged by peft itself, on a copy: plain LoRA, DoRA, layers merged already,
+    ``modules_to_save`` and trained biases all come out as the trainer would evaluate them."""
+    if not hasattr(peft_model, "merge_and_unload"):
+        raise ValueError("update_weights: the peft adapters must come as a peft.PeftModel "
+                         "(peft.get_peft_model(copy_of_the_transformer, LoraConfig(...)))")
+    merged = copy.deepcopy(peft_model).merge_and_unload().state_dict()
+    unknown = sorted(set(merged) - set(transformer.state_dict()))
+    if unknown:
+        raise ValueError(f"update_weights: the peft model's base has weights this transformer does not have "
+                         f"({unknown[:3]}); apply the adapter to a copy of the rollout transformer")
     return merged

