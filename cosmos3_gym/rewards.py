@@ -123,7 +123,10 @@ if tuple(REWARDS) != REWARD_NAMES:  # presets validate names against that light 
 
 def checked_reward(reward_fn, frames: np.ndarray, prompts: list[str]) -> np.ndarray:
     """Call ``reward_fn`` and insist on its contract: a finite float32 array of shape ``[B]``."""
-    values = np.asarray(reward_fn(frames, prompts), dtype=np.float32)
+    raw = np.asarray(reward_fn(frames, prompts))
+    if raw.dtype.kind not in "fiu":
+        raise ValueError(f"reward_fn returned {raw.dtype} values; expected real numbers (float32), one per video")
+    values = raw.astype(np.float32)
     if values.shape != (frames.shape[0],):
         raise ValueError(f"reward_fn returned shape {values.shape}; expected ({frames.shape[0]},), one per video")
     if not np.isfinite(values).all():

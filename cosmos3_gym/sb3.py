@@ -56,10 +56,23 @@ class Cosmos3SB3VecEnv(VecEnv):
     def _single_obs(self, obs: dict, i: int) -> dict:
         return {key: np.asarray(value[i]) for key, value in obs.items()}
 
+    def _merged_options(self) -> dict | None:
+        """SB3's per-env ``set_options`` dicts as one vector-env options dict (per-env lists)."""
+        options = [o or {} for o in self._options]
+        keys = set().union(*options)
+        per_env = ("prompt", "negative_prompt", "image", "video")
+        if not keys:
+            return None
+        if keys - set(per_env):
+            raise ValueError(f"set_options: {sorted(keys - set(per_env))} cannot be set per env; allowed: {per_env}")
+        missing = [k for k in sorted(keys) if any(k not in o for o in options)]
+        if missing:
+            raise ValueError(f"set_options: {missing} given for some envs only; give them for every env")
+        return {key: [o[key] for o in options] for key in keys}
+
     def reset(self):
         seeds = self._seeds if all(s is not None for s in self._seeds) else None
-        options = self._options[0] if self._options and all(o == self._options[0] for o in self._options) else None
-        obs, _ = self.venv.reset(seed=seeds, options=options or None)
+        obs, _ = self.venv.reset(seed=seeds, options=self._merged_options())
         self._reset_seeds()
         self._reset_options()
         return obs
@@ -93,7 +106,11 @@ class Cosmos3SB3VecEnv(VecEnv):
     def _indices(self, indices) -> list[int]:
         if indices is None:
             return list(range(self.num_envs))
-        return [indices] if isinstance(indices, int) else list(indices)
+        indices = [indices] if isinstance(indices, (int, np.integer)) else list(indices)
+        if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < self.num_envs
+               for i in indices):
+            raise ValueError(f"indices={indices!r} must be env indices in [0, {self.num_envs})")
+        return [int(i) for i in indices]
 
     def get_attr(self, attr_name: str, indices=None) -> list:
         if attr_name in PER_ENV_ATTRIBUTES:

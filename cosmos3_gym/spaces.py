@@ -20,6 +20,13 @@ def build_engine(preset: Preset, num_slots: int, device=None, dtype=None,
     """An engine for ``preset``; ``model`` reuses an already loaded model instead of loading one."""
     if model is not None and not isinstance(model, Cosmos3Model):
         raise ValueError(f"model={model!r} is not a Cosmos3Model; load one with Cosmos3Model.from_pretrained(...)")
+    if isinstance(dtype, str):
+        names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        if dtype not in names:
+            raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(names)} or a torch.dtype")
+        dtype = names[dtype]
+    if dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype={dtype!r} is not supported; use torch.float32, torch.bfloat16 or torch.float16")
     if model is None:
         model = Cosmos3Model.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device, dtype=dtype)
     grid = preset.sigma_grid_for(model.scheduler, model.pipeline.config.use_native_flow_schedule)
@@ -52,22 +59,29 @@ def checked_action(action, space: spaces.Box, batch_shape: tuple = (), device="c
     expected = batch_shape + space.shape
     tensor = action if isinstance(action, torch.Tensor) else None
     if tensor is None:
-        array = np.asarray(action)
+        try:
+            array = np.asarray(action)
+        except ValueError:  # ragged nested lists
+            raise ValueError(f"action is a ragged nested sequence; expected an array of shape {expected}") from None
         if array.dtype.kind not in "fiu":
             raise ValueError(f"action has dtype {array.dtype}; expected real numbers (float32) of shape {expected}")
-        tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
     elif tensor.dtype.is_complex or tensor.dtype == torch.bool:
         raise ValueError(f"action has dtype {tensor.dtype}; expected real numbers (float32) of shape {expected}")
+    elif tensor.is_meta or tensor.layout != torch.strided:
+        raise ValueError(f"action is a {'meta' if tensor.is_meta else str(tensor.layout)} tensor; expected a dense "
+                         f"tensor with data, of shape {expected}")
     if tuple(tensor.shape) != expected:
         raise ValueError(f"action has shape {tuple(tensor.shape)}; expected {expected}")
+    exact = tensor.to(device=device, dtype=torch.float64)  # bounds are checked before rounding to float32
     tensor = tensor.to(device=device, dtype=torch.float32)
     if not bool(torch.isfinite(tensor).all()):
         raise ValueError(f"action holds NaN or Inf: {tensor.tolist() if tensor.numel() <= 8 else 'in a large array'};"
                          f" every entry must be finite")
     if np.isfinite(space.low).all() and np.isfinite(space.high).all():
-        low = torch.as_tensor(space.low, device=device)
-        high = torch.as_tensor(space.high, device=device)
-        if bool(((tensor < low) | (tensor > high)).any()):
+        low = torch.as_tensor(space.low, device=device, dtype=torch.float64)
+        high = torch.as_tensor(space.high, device=device, dtype=torch.float64)
+        if bool(((exact < low) | (exact > high)).any()):
             raise ValueError(f"action {tensor.tolist()} lies outside the action space bounds "
                              f"low={space.low.tolist()}, high={space.high.tolist()} (guidance_scale, noise_level); "
                              f"clip it or widen the preset's guidance_bounds / noise_level_bounds")

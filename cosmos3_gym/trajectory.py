@@ -110,6 +110,24 @@ class Trajectory:
                              f"{tuple(self.sigmas.shape)} and {tuple(self.timesteps.shape)}")
         if self.kind not in ("sde", "cps", "ode"):
             raise ValueError(f"trajectory field 'kind' is {self.kind!r}; expected 'sde', 'cps' or 'ode'")
+        for name in ("num_frames", "height", "width"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"trajectory field {name!r} is {getattr(self, name)}; expected an integer >= 1")
+        if not self.fps > 0:
+            raise ValueError(f"trajectory field 'fps' is {self.fps!r}; expected a number > 0")
+
+    def validate_values(self) -> None:
+        """Raise ``ValueError`` unless the values are ones a rollout can produce and a trainer can
+        replay (a loaded file is untrusted; an episode that ended on NaN/Inf is not replayable)."""
+        for name in ("latents", "noises", "sigmas", "timesteps", "guidance_scales", "noise_levels"):
+            if not bool(torch.isfinite(getattr(self, name)).all()):
+                raise ValueError(f"trajectory field {name!r} holds NaN or Inf")
+        sigmas = self.sigmas
+        if sigmas.numel() and (sigmas.max() > 1 or sigmas.min() < 0 or bool((sigmas[1:] >= sigmas[:-1]).any())):
+            raise ValueError(f"trajectory field 'sigmas' is {sigmas.tolist()}; expected strictly decreasing values "
+                             f"in [0, 1]")
+        if bool(((self.noise_levels < 0) | (self.noise_levels > 1)).any()):
+            raise ValueError(f"trajectory field 'noise_levels' holds values outside [0, 1]: {self.noise_levels.tolist()}")
 
     def metadata(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k not in TENSOR_FIELDS}
@@ -142,7 +160,11 @@ class Trajectory:
             raise ValueError(f"{str(path)!r}: trajectory fields differ from this version's: missing "
                              f"{sorted(names - found)}, unknown {sorted(found - names)}")
         trajectory = cls(**tensors, **metadata)
+        trajectory.validate_values()
         for name, value in (expect or {}).items():
+            if name not in METADATA_TYPES:
+                raise ValueError(f"expect={{{name!r}: ...}}: {name!r} is not a trajectory field; fields: "
+                                 f"{sorted(METADATA_TYPES)}")
             if getattr(trajectory, name) != value:
                 raise ValueError(f"{str(path)!r} is a trajectory of {name}={getattr(trajectory, name)!r}; "
                                  f"expected {name}={value!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from .model import Cosmos3Model
@@ -97,12 +98,22 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
                          ("latent shape", [tuple(t.latents.shape[1:]) for t in batch])):
         if len(set(values)) != 1:
             raise ValueError(f"trajectories differ in {name} ({values}); replay them in groups that agree")
-    steps = list(range(n)) if steps is None else [int(k) for k in steps]
-    if any(not 0 <= k < n for k in steps):
-        raise ValueError(f"steps={steps} must lie in [0, {n}) for trajectories of {n} steps")
-    size = len(batch) if micro_batch is None else int(micro_batch)
-    if size < 1:
+    steps = list(range(n)) if steps is None else steps
+    if isinstance(steps, (str, bytes)) or not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+                                                  and 0 <= k < n for k in steps):
+        raise ValueError(f"steps={steps!r} must be step indices (ints) in [0, {n}) for trajectories of {n} steps")
+    steps = [int(k) for k in steps]
+    size = len(batch) if micro_batch is None else micro_batch
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise ValueError(f"micro_batch={micro_batch!r} must be a positive integer or None")
+    vocab = model.transformer.config.vocab_size
+    for t in batch:
+        want = model.latent_shape(t.num_frames, t.height, t.width)
+        if tuple(t.latents.shape[1:]) != want:
+            raise ValueError(f"a trajectory of {t.num_frames}x{t.height}x{t.width} has latents "
+                             f"{tuple(t.latents.shape[1:])}; this model makes {want}: it comes from another setup")
+        if not all(0 <= i < vocab for i in (*t.cond_ids, *t.uncond_ids)):
+            raise ValueError(f"a trajectory has token ids outside this model's vocabulary [0, {vocab})")
     out = []
     for start in range(0, len(batch), size):
         chunk = batch[start:start + size]

@@ -89,6 +89,9 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             raise ValueError(f"array_type={array_type!r} is not supported; choose one of {ARRAY_TYPES}")
         if reward_fn is not None and not callable(reward_fn):
             raise ValueError(f"reward_fn={reward_fn!r} is not callable; pass reward(frames, prompts) -> float32 [B]")
+        if autoreset_mode not in list(AutoresetMode) + [m.value for m in AutoresetMode]:
+            raise ValueError(f"autoreset_mode={autoreset_mode!r} is not supported; choose one of "
+                             f"{[m.value for m in AutoresetMode]} (or gymnasium.vector.AutoresetMode members)")
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         self.num_envs, self.group_size, self.render_mode, self.array_type = num_envs, group_size, render_mode, array_type
@@ -170,6 +173,8 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
 
     def _seeds(self, seed) -> tuple[list[int], np.random.Generator]:
         """Per-env seeds for ``reset(seed=...)`` and the env RNG to continue with (not installed)."""
+        if isinstance(seed, np.ndarray) and seed.ndim == 0:
+            seed = seed.item()
         if isinstance(seed, (list, tuple, np.ndarray)):
             if len(seed) != self.num_envs:
                 raise ValueError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs})")
@@ -405,6 +410,10 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         n = self.num_envs
         if isinstance(src, bool) or not isinstance(src, (int, np.integer)) or not 0 <= int(src) < n:
             raise ValueError(f"fork(src={src!r}): src must be an env index in [0, {n})")
+        if not isinstance(dst, (list, tuple, np.ndarray)):
+            raise ValueError(f"fork(dst={dst!r}): dst must be a list of env indices, e.g. fork({src}, [{dst}])")
+        if seeds is not None and not isinstance(seeds, (list, tuple, np.ndarray)):
+            raise ValueError(f"fork(seeds={seeds!r}): seeds must be a list with one seed (or None) per child")
         dst = list(dst)
         if not dst or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= int(d) < n
                           for d in dst):

@@ -8,13 +8,19 @@ import torch
 
 
 def _pairs(weights) -> list[tuple[str, object]]:
-    if hasattr(weights, "items"):
+    usage = "pass a state dict, (name, tensor) pairs (module.named_parameters()) or a peft.PeftModel"
+    if isinstance(weights, torch.nn.Module):
+        raise ValueError(f"update_weights: got the module itself ({type(weights).__name__}); {usage}, "
+                         f"e.g. update_weights(module.state_dict())")
+    if isinstance(weights, dict):
         return list(weights.items())
     try:
-        return list(weights)
+        pairs = list(weights)
     except TypeError:
-        raise ValueError(f"update_weights: got a {type(weights).__name__}; pass a state dict, (name, tensor) pairs "
-                         f"or a peft model with LoRA adapters") from None
+        raise ValueError(f"update_weights: got a {type(weights).__name__}; {usage}") from None
+    if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in pairs):
+        raise ValueError(f"update_weights: expected (name, tensor) pairs; {usage} (parameters() has no names)")
+    return pairs
 
 
 def checked_updates(module: torch.nn.Module, weights) -> dict[str, torch.Tensor]:
@@ -36,6 +42,8 @@ def checked_updates(module: torch.nn.Module, weights) -> dict[str, torch.Tensor]
         if tuple(tensor.shape) != tuple(target.shape):
             raise ValueError(f"update_weights: {name!r} has shape {tuple(tensor.shape)}; "
                              f"expected {tuple(target.shape)}")
+        if tensor.is_meta:
+            raise ValueError(f"update_weights: {name!r} is a meta tensor (no data); load or materialise it first")
         if tensor.layout != torch.strided:
             raise ValueError(f"update_weights: {name!r} is a {tensor.layout} tensor; pass dense tensors "
                              f"(tensor.to_dense())")

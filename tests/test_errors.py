@@ -1,6 +1,7 @@
 """Bad input raises a clear error naming what is wrong, and the env stays usable."""
 
 import numpy as np
+import torch
 import pytest
 
 import gymnasium as gym
@@ -117,3 +118,43 @@ def test_non_finite_latent_ends_the_episode(make_env):
 def test_num_envs_is_named(num_envs):
     with pytest.raises(ValueError, match=f"num_envs={num_envs!r} is invalid; use an integer >= 1"):
         gym.make_vec("Cosmos3Rollout-v0", num_envs=num_envs, vectorization_mode="vector_entry_point")
+
+
+def test_odd_arguments_get_errors_that_name_them():
+    venv = gym.make_vec("Cosmos3Rollout-v0", num_envs=3, vectorization_mode="vector_entry_point", num_steps=2)
+    venv.reset(seed=np.array(5))  # a 0-d array is a seed
+    model = venv.unwrapped.model
+    cases = [
+        (lambda: venv.fork(0, 1), r"fork\(dst=1\): dst must be a list"),
+        (lambda: venv.fork(0, [1], seeds=5), r"fork\(seeds=5\)"),
+        (lambda: venv.step([[1.0, 0.5], [2.0], [3.0, 0.5]]), "ragged"),
+        (lambda: venv.step(torch.empty(3, 2, device="meta")), "meta tensor"),
+        (lambda: venv.step(np.array([[10.0000001, 0.5]] * 3)), "outside the action space bounds"),
+        (lambda: model.update_weights(model.transformer), "got the module itself"),
+        (lambda: model.update_weights(model.transformer.parameters()), r"parameters\(\) has no names"),
+        (lambda: model.update_weights({"proj_out.bias": torch.empty(16, device="meta")}), "meta tensor"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match):
+            call()
+    assert model.weights_version == 0
+    _, _, _, _, info = venv.step(np.tile(venv.default_action, (3, 1)))
+    assert np.isfinite(info["log_prob"]).all()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"autoreset_mode": "same_step"}, r"autoreset_mode='same_step' is not supported; choose one of"),
+    ({"dtype": "float8"}, "dtype='float8' is not supported"),
+    ({"reward_fn": "brightness"}, "reward_fn='brightness' is not callable"),
+])
+def test_bad_constructor_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        gym.make_vec("Cosmos3Rollout-v0", num_envs=2, vectorization_mode="vector_entry_point", **kwargs)
+
+
+@pytest.mark.parametrize("returned", [np.array(["0.5"]), np.array([1 + 2j]), {"r": 1.0}])
+def test_reward_functions_must_return_real_numbers(make_env, returned):
+    env = make_env(num_steps=1, reward_fn=lambda frames, prompts: returned)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="reward_fn returned"):
+        env.step(env.unwrapped.default_action)

@@ -47,7 +47,11 @@ def test_micro_batches_agree_to_float_rounding(episode):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"steps": [4]}, r"steps=\[4\] must lie in \[0, 4\)"),
+    ({"steps": [4]}, r"steps=\[4\] must be step indices \(ints\) in \[0, 4\)"),
+    ({"steps": [0.9]}, r"steps=\[0.9\]"),
+    ({"steps": "01"}, "steps='01'"),
+    ({"steps": [True]}, r"steps=\[True\]"),
+    ({"micro_batch": 2.5}, "micro_batch=2.5"),
     ({"micro_batch": 0}, "micro_batch=0"),
     ({"reduction": "max"}, "reduction='max'"),
 ])

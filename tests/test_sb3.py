@@ -31,3 +31,16 @@ def test_adapter_refuses_next_step_autoreset():
 
     with pytest.raises(ValueError, match="SAME_STEP"):
         Cosmos3SB3VecEnv(Cosmos3RolloutVectorEnv(2, num_steps=2))
+
+
+def test_per_env_options_and_indices():
+    env = Cosmos3SB3VecEnv.make("Cosmos3Rollout-v0", num_envs=2, num_steps=2, reward="none")
+    env.set_options([{"prompt": "a red ball"}, {"prompt": "a blue square"}])
+    env.reset()
+    assert env.get_attr("prompt") == ["a red ball", "a blue square"]
+    assert env.get_attr("prompt", indices=np.int64(1)) == ["a blue square"]
+    with pytest.raises(ValueError, match=r"indices=\[5\]"):
+        env.get_attr("prompt", indices=[5])
+    env.set_options([{"prompt": "a red ball"}, {}])
+    with pytest.raises(ValueError, match="given for some envs only"):
+        env.reset()

@@ -88,6 +88,10 @@ def _tampered(path, tmp_path, tensors=None, header=None):
     (None, {"seed": "zero"}, "'seed' is 'zero'"),
     (None, {"cond_ids": ["a"]}, "token ids"),
     (None, {"surprise": 1}, r"unknown \['surprise'\]"),
+    ({"latents": torch.full((3, 4, 3, 8, 8), float("nan"))}, None, "'latents' holds NaN"),
+    ({"sigmas": torch.tensor([0.1, 0.5, 7.0])}, None, "'sigmas' is"),
+    ({"noise_levels": torch.full((2,), 5.0)}, None, "'noise_levels' holds values outside"),
+    (None, {"fps": 0}, "'fps' is 0"),
 ])
 def test_loading_validates_every_field(make_env, tmp_path, tensors, header, match):
     env = make_env(num_steps=2)
