@@ -195,8 +195,8 @@ def measure_forward(engine, guidance: float) -> tuple[float, float, object]:
     with torch.no_grad():  # as the env's step runs (compiled code is specialised on the grad mode)
         engine.step(slots, guidance_t, level)  # step 0 fills the text cache
     episodes = [engine.episode(s) for s in slots]
-    packed = pack_cfg_rows(engine.model, [(e.cond_ids, e.uncond_ids, engine.fps) for e in episodes],
-                           engine.latent_shape)
+    requests = [(e.cond_ids, e.uncond_ids, engine.fps, e.clean_frames) for e in episodes]
+    packed = pack_cfg_rows(engine.model, requests, engine.latent_shape)
     rows = [e.latent.unsqueeze(0) for e in episodes for _ in range(2)]
     timesteps = [float(episodes[0].timesteps[1])] * len(rows)
     engine.model.velocity(packed, rows, timesteps)  # fills this packing's text cache
