@@ -97,8 +97,10 @@ class Cosmos3RolloutEnv(gym.Env):
 
     Every call validates first and changes the env last: a call that raises (bad input, a
     reward function or a forward that throws, Ctrl-C) leaves the episode exactly where it
-    was, and the same step can be retried. :meth:`get_state` / :meth:`set_state` snapshot and
-    restore a whole episode (mid-episode too).
+    was, and the same step can be retried. Once a step is computed it is installed in one
+    section that a Ctrl-C cannot split; a Ctrl-C arriving in those microseconds is raised right
+    after it (the message says the step is installed). :meth:`get_state` / :meth:`set_state`
+    snapshot and restore a whole episode (mid-episode too).
 
     ## Version History
 

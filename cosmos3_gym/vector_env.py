@@ -66,7 +66,9 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
 
     Every call is transactional: it validates and computes first and changes the envs
     last, so a call that raises (bad input, a reward function or a forward that throws,
-    Ctrl-C) leaves every env exactly as before; the same step can simply be retried.
+    Ctrl-C) leaves every env exactly as before; the same step can simply be retried. The
+    computed result is installed in one section a Ctrl-C cannot split (a Ctrl-C that lands
+    there is raised once it is installed).
 
     Arguments are the single env's plus ``num_envs``, ``group_size``, ``autoreset_mode`` and
     ``array_type``.
