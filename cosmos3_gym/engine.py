@@ -376,10 +376,6 @@ class RolloutEngine:
             children[slot] = child
         return children
 
-    def fork(self, src: int, dst: list[int], seeds: list[int | None]) -> None:
-        """Copy slot ``src``'s whole episode into ``dst`` (see :meth:`prepare_fork`)."""
-        self.commit(resets=self.prepare_fork(src, dst, seeds))
-
     # --- training hooks -------------------------------------------------------------
     def replay_log_probs(self, trajectories, steps=None, micro_batch=None) -> torch.Tensor:
         """:func:`cosmos3_gym.transition.replay_log_probs` on this engine's model."""
