@@ -195,10 +195,9 @@ def measure_forward(engine, guidance: float) -> tuple[float, float, object]:
     with torch.no_grad():  # as the env's step runs (compiled code is specialised on the grad mode)
         engine.step(slots, guidance_t, level)  # step 0 fills the text cache
     episodes = [engine.episode(s) for s in slots]
-    requests = [(e.cond_ids, e.uncond_ids, engine.fps, e.clean_frames) for e in episodes]
-    packed = pack_cfg_rows(engine.model, requests, engine.latent_shape)
-    rows = [e.latent.unsqueeze(0) for e in episodes for _ in range(2)]
-    timesteps = [float(episodes[0].timesteps[1])] * len(rows)
+    packed = pack_cfg_rows(engine.model, [(e.cond_ids, e.uncond_ids, e.row) for e in episodes])
+    rows = {"video": [e.latent.unsqueeze(0) for e in episodes for _ in range(2)]}
+    timesteps = [float(episodes[0].timesteps[1])] * 2 * n
     engine.model.velocity(packed, rows, timesteps)  # fills this packing's text cache
     forward = _timed(lambda: engine.model.velocity(packed, rows, timesteps), engine.device, 5)
     with torch.no_grad():

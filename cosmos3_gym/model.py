@@ -28,13 +28,16 @@ COMPONENTS = {
     "vae": "vae/config.json and its *.safetensors weights",
     "text_tokenizer": "text_tokenizer/ (tokenizer files)",
     "scheduler": "scheduler/scheduler_config.json",
+    "sound_tokenizer": "sound_tokenizer/config.json and its *.safetensors weights (optional: sound generation)",
 }
-CONFIG_FILES = {"transformer": "config.json", "vae": "config.json", "scheduler": "scheduler_config.json"}
+CONFIG_FILES = {"transformer": "config.json", "vae": "config.json", "scheduler": "scheduler_config.json",
+                "sound_tokenizer": "config.json"}
 # The classes a checkpoint may name. A config is data, but its ``_class_name`` picks whose loader runs:
 # resolving it by name would let a checkpoint point a model loader at a folder holding a pickle.
 ALLOWED_CLASSES = {
     "transformer": ("Cosmos3OmniTransformer",),
     "vae": ("AutoencoderKLWan",),
+    "sound_tokenizer": ("Cosmos3AVAEAudioTokenizer",),
     # Cosmos3OmniPipeline serves UniPC; FlowMatchEuler runs the same flow-matching sigmas.
     "scheduler": ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler"),
 }
@@ -105,7 +108,7 @@ def check_checkpoint(path: str | Path) -> Path:
     if not path.is_dir():
         raise FileNotFoundError(f"checkpoint={str(path)!r} is not a directory; pass a local diffusers-layout "
                                 f"Cosmos 3 checkpoint (with {', '.join(COMPONENTS)}) or omit it for the embedded model")
-    for name in ("transformer", "vae"):
+    for name in ("transformer", "vae") + (("sound_tokenizer",) if (path / "sound_tokenizer").is_dir() else ()):
         _check_weights(path, name)
         component_config(path, name)
     tokenizer = path / "text_tokenizer"
@@ -124,10 +127,17 @@ def check_checkpoint(path: str | Path) -> Path:
 @dataclass(frozen=True)
 class Condition:
     """Clean conditioning of one request: the encoded video ``latent`` ``[C, T, H, W]`` (fp32) and
-    the latent frames of it that stay clean (the rest is generated)."""
+    the latent frames of it that stay clean (the rest is generated); for an action request also
+    ``action`` ``[chunk, action_dim]`` (the given actions, zero-padded, or zeros) and the action
+    tokens of it that stay clean."""
 
     latent: torch.Tensor
     clean_frames: tuple[int, ...]
+    action: torch.Tensor | None = None
+    clean_actions: tuple[int, ...] = ()
+
+
+ACTION_MODES = ("policy", "forward_dynamics", "inverse_dynamics")
 
 
 class Cosmos3Model:
@@ -160,24 +170,28 @@ class Cosmos3Model:
         self.vae = pipeline.vae
         self.tokenizer = pipeline.text_tokenizer
         self.scheduler = pipeline.scheduler
+        self.sound_tokenizer = pipeline.sound_tokenizer
         self.install_processors()
         self.transformer.requires_grad_(False).eval()
         self.vae.requires_grad_(False).eval()
+        if self.sound_tokenizer is not None:
+            _fold_weight_norm(self.sound_tokenizer)
+            self.sound_tokenizer.requires_grad_(False).eval()
         self.weights_version = 0
         self._owner: int | None = None  # the thread inside a forward or an update
         self._guard = threading.Lock()
 
     @classmethod
     def from_components(cls, transformer, vae, tokenizer, scheduler, device=None, dtype=None,
-                        attention: str = "auto", compile: bool | None = None, **pipeline_config
-                        ) -> "Cosmos3Model":
+                        attention: str = "auto", compile: bool | None = None, sound_tokenizer=None,
+                        **pipeline_config) -> "Cosmos3Model":
         """Wrap in-memory diffusers components, moved to ``device`` and cast to ``dtype``
         (modules the model keeps in fp32, such as the time embedder, stay fp32)."""
         from diffusers import Cosmos3OmniPipeline
 
         device = torch.device(device) if device is not None else default_device()
         dtype = dtype or default_dtype(device)
-        for model in (transformer, vae):
+        for model in (transformer, vae) + ((sound_tokenizer,) if sound_tokenizer is not None else ()):
             model.to(device=device)
             if model.dtype == dtype:
                 continue
@@ -187,7 +201,8 @@ class Cosmos3Model:
                 if any(part in keep for part in name.split(".")):
                     module.float()
         pipeline = Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tokenizer, vae=vae,
-                                       scheduler=scheduler, enable_safety_checker=False, **pipeline_config)
+                                       scheduler=scheduler, sound_tokenizer=sound_tokenizer,
+                                       enable_safety_checker=False, **pipeline_config)
         return cls(pipeline, device, dtype, attention, compile)
 
     @classmethod
@@ -200,7 +215,7 @@ class Cosmos3Model:
         tokenizer with ``trust_remote_code=False``.
         """
         import diffusers
-        from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
+        from diffusers import AutoencoderKLWan, Cosmos3AVAEAudioTokenizer, Cosmos3OmniTransformer
         from transformers import AutoTokenizer
 
         path = check_checkpoint(path)
@@ -209,13 +224,17 @@ class Cosmos3Model:
         transformer = Cosmos3OmniTransformer.from_pretrained(path / "transformer", torch_dtype=dtype,
                                                              use_safetensors=True)
         vae = AutoencoderKLWan.from_pretrained(path / "vae", torch_dtype=dtype, use_safetensors=True)
+        sound_tokenizer = None
+        if (path / "sound_tokenizer").is_dir():
+            sound_tokenizer = Cosmos3AVAEAudioTokenizer.from_pretrained(path / "sound_tokenizer", torch_dtype=dtype,
+                                                                        use_safetensors=True)
         tokenizer = AutoTokenizer.from_pretrained(path / "text_tokenizer", trust_remote_code=False)
         scheduler_config = component_config(path, "scheduler")
         scheduler = getattr(diffusers, scheduler_config["_class_name"]).from_config(scheduler_config)
         index_file = path / "model_index.json"
         index = _json(index_file, "model_index.json") if index_file.is_file() else {}
         return cls.from_components(
-            transformer, vae, tokenizer, scheduler, device, dtype, attention, compile,
+            transformer, vae, tokenizer, scheduler, device, dtype, attention, compile, sound_tokenizer,
             default_use_system_prompt=index.get("default_use_system_prompt", True),
             use_native_flow_schedule=index.get("use_native_flow_schedule", False),
         )
@@ -249,10 +268,13 @@ class Cosmos3Model:
         return (int(self.vae.config.z_dim), (num_frames - 1) // st + 1, height // ss, width // ss)
 
     # --- text -----------------------------------------------------------------------
-    def tokenize(self, prompt: str, negative_prompt: str, num_frames: int, height: int, width: int, fps: float):
-        """``(cond_ids, uncond_ids)`` exactly as ``Cosmos3OmniPipeline.tokenize_prompt`` builds them."""
+    def tokenize(self, prompt: str, negative_prompt: str, num_frames: int, height: int, width: int, fps: float,
+                 action_mode: str | None = None, view_point: str | None = None):
+        """``(cond_ids, uncond_ids)`` exactly as ``Cosmos3OmniPipeline.tokenize_prompt`` builds them
+        (for an action request: the structured action caption, sized by the conditioning canvas)."""
         return self.pipeline.tokenize_prompt(
-            prompt, negative_prompt, num_frames=num_frames, height=height, width=width, fps=fps
+            prompt, negative_prompt, num_frames=num_frames, height=height, width=width, fps=fps,
+            action_mode=action_mode, action_view_point=view_point if action_mode else None,
         )
 
     # --- conditioning -----------------------------------------------------------------
@@ -280,6 +302,53 @@ class Cosmos3Model:
         clip[:, :, given:] = clip[:, :, given - 1 : given]
         latent = pipe._encode_video(clip).float()[0]
         return Condition(latent=latent, clean_frames=clean)
+
+    @staticmethod
+    def action_canvas(height: int, width: int, resolution_tier: int) -> tuple[int, int]:
+        """The padded canvas ``(height, width)`` an action request of this frame size is conditioned
+        on (``Cosmos3OmniPipeline``'s bin of ``resolution_tier`` for the frame's aspect ratio)."""
+        from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _ACTION_RESOLUTION_BINS
+        from diffusers.video_processor import VideoProcessor
+
+        bins = _ACTION_RESOLUTION_BINS.get(str(resolution_tier))
+        if bins is None:
+            raise ValueError(f"resolution_tier={resolution_tier!r} is not supported; choose one of "
+                             f"{sorted(int(k) for k in _ACTION_RESOLUTION_BINS)}")
+        return VideoProcessor.classify_height_width_bin(height, width, ratios=bins)
+
+    @torch.no_grad()
+    def encode_action_condition(self, mode: str, chunk: int, resolution_tier: int, image: np.ndarray | None = None,
+                                video: np.ndarray | None = None, actions: np.ndarray | None = None) -> Condition:
+        """The clean part of an action request, built exactly as ``Cosmos3OmniPipeline.prepare_latents``
+        builds it for ``CosmosActionCondition(mode=...)``: the frame (``image`` uint8 ``[H, W, 3]``) or
+        the ``chunk + 1`` frames (``video``) padded into the tier's canvas, encoded, and the latent
+        cropped back to the content; latent frame 0 clean (``policy``, ``forward_dynamics``) or all of
+        them (``inverse_dynamics``); the ``chunk`` given ``actions`` ``[chunk, raw_dim]``, zero-padded
+        to the model's ``action_dim``, clean (``forward_dynamics``) or all action tokens generated."""
+        pipe = self.pipeline
+        clip = [image] if image is not None else list(video)
+        frames, size, _, _ = pipe._prepare_action_video_conditioning(clip, resolution_tier, chunk + 1,
+                                                                     device=self.device, dtype=self.vae.dtype)
+        latent = pipe._remove_action_video_padding_from_latent(pipe._encode_video(frames).float(), size)[0]
+        action = torch.zeros((chunk, int(self.transformer.config.action_dim)), device=self.device)
+        if mode == "forward_dynamics":
+            given = torch.as_tensor(np.asarray(actions), dtype=torch.float32, device=self.device)
+            action[:, : given.shape[1]] = given
+        clean = tuple(range(latent.shape[1])) if mode == "inverse_dynamics" else (0,)
+        return Condition(latent=latent, clean_frames=clean, action=action,
+                         clean_actions=tuple(range(chunk)) if mode == "forward_dynamics" else ())
+
+    def sound_frames(self, num_frames: int, fps: float) -> int:
+        """The sound latent's length for a video of ``num_frames`` at ``fps`` (the pipeline's count)."""
+        samples = int(num_frames / fps * self.sound_tokenizer.config.sampling_rate)
+        hop = self.sound_tokenizer._hop_size
+        return (samples + hop - 1) // hop
+
+    @torch.no_grad()
+    def decode_sound(self, latents: torch.Tensor) -> np.ndarray:
+        """Sound latents ``[B, C, T]`` -> float32 waveforms ``[B, channels, samples]`` in [-1, 1]."""
+        decoder_dtype = next(self.sound_tokenizer.parameters()).dtype
+        return self.sound_tokenizer.decode(latents.to(device=self.device, dtype=decoder_dtype)).float().cpu().numpy()
 
     # --- model ----------------------------------------------------------------------
     def pack(self, rows: list[RowSpec]) -> PackedRows:
@@ -312,8 +381,11 @@ class Cosmos3Model:
             self._owner = None
 
     @torch.no_grad()
-    def velocity(self, packed: PackedRows, latents: list[torch.Tensor], timesteps: list[float]) -> list[torch.Tensor]:
-        """One transformer forward for all rows; returns each row's velocity ``[C, T, H, W]`` in fp32.
+    def velocity(self, packed: PackedRows, latents: dict[str, list[torch.Tensor]], timesteps: list[float]
+                 ) -> list[dict[str, torch.Tensor]]:
+        """One transformer forward for all rows; returns each row's velocity per stream in fp32
+        (``"video"`` ``[C, T, H, W]``, and ``"sound"`` ``[C, T]`` / ``"action"`` ``[chunk, action_dim]``
+        where the rows have them; zero on clean conditioning).
 
         The first forward over ``packed`` computes the text tokens and caches their keys and
         values (tagged with ``weights_version``); later forwards over the same ``packed`` and
@@ -321,8 +393,8 @@ class Cosmos3Model:
         """
         return self.forward_rows(packed, latents, timesteps)
 
-    def forward_rows(self, packed: PackedRows, latents: list[torch.Tensor], timesteps: list[float]
-                     ) -> list[torch.Tensor]:
+    def forward_rows(self, packed: PackedRows, latents: dict[str, list[torch.Tensor]], timesteps: list[float]
+                     ) -> list[dict[str, torch.Tensor]]:
         """:meth:`velocity` with autograd left as the caller set it (training, policy gradients).
 
         With autograd on, the text tokens are recomputed in every forward (no cache), so that
@@ -337,12 +409,15 @@ class Cosmos3Model:
             self.context.packed, self.context.text_cached = packed, use_cache
             self.context.new_text_cache = building
             try:
-                preds, _, _ = self.transformer(**packed.transformer_kwargs(latents, timesteps, self.dtype, use_cache))
+                video, sound, action = self.transformer(
+                    **packed.transformer_kwargs(latents, timesteps, self.dtype, use_cache))
             finally:
                 self.context.packed, self.context.new_text_cache = None, None
             if building is not None and not torch.is_grad_enabled():
                 packed.text_cache, packed.text_cache_version = building, version
-            return [pred.squeeze(0).float() for pred in preds]
+            streams = {"video": [v.squeeze(0) for v in video], "sound": sound, "action": action}
+            return [{name: preds[j].float() for name, preds in streams.items() if preds is not None}
+                    for j in range(len(video))]
 
     # --- weights --------------------------------------------------------------------
     def update_weights(self, weights) -> int:
@@ -382,6 +457,17 @@ class Cosmos3Model:
         video = self.vae.decode(z).sample.float()
         frames = self.pipeline.video_processor.postprocess_video(video, output_type="np")
         return (np.asarray(frames) * 255.0).round().astype(np.uint8)
+
+
+def _fold_weight_norm(module: torch.nn.Module) -> None:
+    """Fold ``weight_norm`` (the AVAE decoder's convolutions) into plain weights: the same weights,
+    computed once instead of at every call, and a model that ``copy.deepcopy`` can copy."""
+    from torch.nn.utils import remove_weight_norm
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    for child in module.modules():
+        if any(isinstance(hook, WeightNorm) for hook in child._forward_pre_hooks.values()):
+            remove_weight_norm(child)
 
 
 def _is_peft_model(weights) -> bool:

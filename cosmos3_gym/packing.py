@@ -1,12 +1,12 @@
 """Pack many generation requests into one ``Cosmos3OmniTransformer`` forward.
 
 The transformer takes one packed sequence: every understanding (text) token first, then
-every generation (vision) token. diffusers' own processor treats that sequence as a single
+every generation token (vision, and sound and action where a request has them). diffusers' own processor treats that sequence as a single
 sample, so naively packing two requests would let them attend to each other.
 :class:`PackedRowsAttnProcessor` (installed with ``transformer.set_attn_processor``)
 restores per-request isolation with padding and attention masks: row ``r``'s text tokens
-attend causally to row ``r``'s text only, and row ``r``'s vision tokens attend to row
-``r``'s text and vision tokens only.
+attend causally to row ``r``'s text only, and row ``r``'s generation tokens attend to row
+``r``'s text and generation tokens only.
 
 A *row* is one sequence of ``Cosmos3OmniPipeline``: the conditional or the unconditional
 prompt of one request. Positions (mRoPE) and token order inside a row are exactly the
@@ -40,8 +40,11 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import (
 
 @dataclass(frozen=True)
 class RowSpec:
-    """The static description of one row: its prompt tokens, its latent grid and which latent
-    frames are clean conditioning (timestep 0, no prediction), as ``Cosmos3OmniPipeline`` packs them."""
+    """The static description of one row, as ``Cosmos3OmniPipeline`` packs it: its prompt tokens,
+    its latent grid and which latent frames are clean conditioning (timestep 0, no prediction);
+    then the optional sound stream (``sound_len`` latent frames, all generated) and action stream
+    (``action_len`` tokens of the embodiment ``domain_id``; ``clean_actions`` are given, and only
+    the first ``raw_action_dim`` channels of the others are generated)."""
 
     input_ids: tuple[int, ...]
     latent_frames: int
@@ -49,6 +52,12 @@ class RowSpec:
     latent_width: int
     fps: float
     clean_frames: tuple[int, ...] = ()
+    sound_len: int = 0
+    sound_fps: float = 0.0
+    action_len: int = 0
+    clean_actions: tuple[int, ...] = ()
+    domain_id: int = 0
+    raw_action_dim: int = 0
 
 
 FLEX_PAD_MULTIPLE = 256
@@ -123,36 +132,59 @@ class PackedRows:
                  attention: str = "sdpa"):
         if attention not in ATTENTION_BACKENDS:
             raise ValueError(f"attention={attention!r} is not supported; choose one of {ATTENTION_BACKENDS}")
+        if len({(bool(r.sound_len), bool(r.action_len)) for r in rows}) > 1:
+            raise ValueError("rows of one packing must all have (or all lack) the sound and the action stream")
         cfg = transformer_config
         p = cfg.latent_patch_size
+        fps_of = (lambda fps: fps) if cfg.enable_fps_modulation else (lambda fps: None)
         self.rows = rows
-        text_positions, vision_positions = [], []
+        self.has_sound, self.has_action = bool(rows[0].sound_len), bool(rows[0].action_len)
+        text_positions, gen_positions = [], []
         self.token_shapes, self.noisy_frames, und_lengths, gen_lengths = [], [], [], []
-        noisy_offsets, self.noisy_lengths, row_start = [], [], 0
+        self.noisy_lengths, self.noisy_actions = [], []
+        vision_offsets, noisy_offsets, sound_offsets, action_offsets, action_noisy_offsets = [], [], [], [], []
+        gen_start = 0
         for row in rows:
             ids, next_offset = get_3d_mrope_ids_text_tokens(
                 len(row.input_ids), temporal_offset=0, use_float_positions=cfg.enable_fps_modulation
             )
             text_positions.append(ids)
+            offset = next_offset + cfg.unified_3d_mrope_temporal_modality_margin  # every generated stream's start
             grid = (row.latent_frames, math.ceil(row.latent_height / p), math.ceil(row.latent_width / p))
-            vision_ids, _ = get_3d_mrope_ids_vae_tokens(
-                *grid,
-                temporal_offset=next_offset + cfg.unified_3d_mrope_temporal_modality_margin,
-                reset_spatial_indices=cfg.unified_3d_mrope_reset_spatial_ids,
-                fps=row.fps if cfg.enable_fps_modulation else None,
-                base_fps=float(cfg.base_fps),
-                temporal_compression_factor=temporal_compression,
-            )
-            vision_positions.append(vision_ids)
+            positions = [get_3d_mrope_ids_vae_tokens(
+                *grid, temporal_offset=offset, reset_spatial_indices=cfg.unified_3d_mrope_reset_spatial_ids,
+                fps=fps_of(row.fps), base_fps=float(cfg.base_fps), temporal_compression_factor=temporal_compression,
+            )[0]]
             self.token_shapes.append(grid)
             noisy = [f for f in range(grid[0]) if f not in row.clean_frames]
             self.noisy_frames.append(torch.tensor(noisy, dtype=torch.long, device=device))
             frame_tokens = grid[1] * grid[2]
-            noisy_offsets += [row_start + f * frame_tokens + i for f in noisy for i in range(frame_tokens)]
+            vision_offsets += range(gen_start, gen_start + math.prod(grid))
+            noisy_offsets += [gen_start + f * frame_tokens + i for f in noisy for i in range(frame_tokens)]
             self.noisy_lengths.append(len(noisy) * frame_tokens)
-            row_start += math.prod(grid)
+            cursor = gen_start + math.prod(grid)
+            if row.sound_len:
+                positions.append(get_3d_mrope_ids_vae_tokens(
+                    row.sound_len, 1, 1, temporal_offset=offset,
+                    reset_spatial_indices=cfg.unified_3d_mrope_reset_spatial_ids, fps=fps_of(row.sound_fps),
+                    base_fps=float(cfg.base_fps), temporal_compression_factor=1)[0])
+                sound_offsets += range(cursor, cursor + row.sound_len)
+                cursor += row.sound_len
+            if row.action_len:
+                positions.append(get_3d_mrope_ids_vae_tokens(
+                    row.action_len, 1, 1, temporal_offset=offset,
+                    reset_spatial_indices=cfg.unified_3d_mrope_reset_spatial_ids, fps=fps_of(row.fps),
+                    base_fps=float(cfg.base_fps), temporal_compression_factor=1,
+                    base_temporal_compression_factor=temporal_compression, start_frame_offset=1)[0])
+                noisy_tokens = [a for a in range(row.action_len) if a not in row.clean_actions]
+                self.noisy_actions.append(torch.tensor(noisy_tokens, dtype=torch.long, device=device))
+                action_offsets += range(cursor, cursor + row.action_len)
+                action_noisy_offsets += [cursor + a for a in noisy_tokens]
+                cursor += row.action_len
+            gen_positions.append(torch.cat(positions, dim=1))
             und_lengths.append(len(row.input_ids))
-            gen_lengths.append(math.prod(grid))
+            gen_lengths.append(cursor - gen_start)
+            gen_start = cursor
         input_ids = [i for row in rows for i in row.input_ids]
         if attention == "flex":  # inert padding tokens: a row of their own that nothing else sees
             padding = -len(input_ids) % FLEX_PAD_MULTIPLE
@@ -161,11 +193,17 @@ class PackedRows:
             und_lengths.append(padding)
         self.und_len = sum(und_lengths)
         self.gen_lengths = gen_lengths
-        gen_len = sum(gen_lengths)
+        self.gen_len = gen_start
         self.input_ids = torch.tensor(input_ids, dtype=torch.long, device=device)
-        self.position_ids = torch.cat(text_positions + vision_positions, dim=1).to(device)
-        self.gen_indexes = torch.arange(self.und_len, self.und_len + gen_len, device=device)
-        self.noisy_gen_offsets = torch.tensor(noisy_offsets, dtype=torch.long, device=device)
+        self.position_ids = torch.cat(text_positions + gen_positions, dim=1).to(device)
+
+        def index(offsets):  # positions in the generation stream
+            return torch.tensor(offsets, dtype=torch.long, device=device)
+
+        self.vision_offsets, self.noisy_gen_offsets = index(vision_offsets), index(noisy_offsets)
+        self.sound_offsets, self.action_offsets = index(sound_offsets), index(action_offsets)
+        self.action_noisy_offsets = index(action_noisy_offsets)
+        self.domain_ids = [torch.tensor([row.domain_id], dtype=torch.long, device=device) for row in rows]
         self.text_cache: list | None = None
         self.text_cache_version = None  # the model's weights_fingerprint() the cache was computed with
         if attention == "flex":
@@ -173,33 +211,54 @@ class PackedRows:
         else:
             self.layout = RowLayout(_bounds(und_lengths), _bounds(gen_lengths))
 
-    def transformer_kwargs(self, latents: list[torch.Tensor], timesteps: list[float], dtype,
+    def transformer_kwargs(self, latents: dict[str, list[torch.Tensor]], timesteps: list[float], dtype,
                            text_cached: bool = False) -> dict:
         """Keyword arguments of ``Cosmos3OmniTransformer.forward`` for this step.
 
-        With ``text_cached`` the sequence holds the vision tokens only (the attention
-        processor supplies the cached text keys and values).
+        ``latents``: per stream (``"video"``, and ``"sound"`` / ``"action"`` where the rows have
+        them) one tensor per row, shaped as the pipeline passes them. With ``text_cached`` the
+        sequence holds the generated streams only (the attention processor supplies the cached
+        text keys and values).
         """
         device = self.input_ids.device
-        vision_timesteps = torch.cat(
-            [torch.full((n,), t, device=device) for n, t in zip(self.noisy_lengths, timesteps)]
-        )
+
+        def per_token(counts):  # each row's timestep, repeated over its noisy tokens
+            return torch.cat([torch.full((n,), t, device=device) for n, t in zip(counts, timesteps)])
+
+        def cast(tensors):
+            return [tensor.to(device=device, dtype=dtype) for tensor in tensors]
+
         und_len = 0 if text_cached else self.und_len
-        gen_indexes = self.gen_indexes - self.und_len + und_len
-        return dict(
+        kwargs = dict(
             input_ids=self.input_ids[:und_len],
             text_indexes=torch.arange(und_len, device=device),
             position_ids=self.position_ids[:, self.und_len - und_len:],
             und_len=und_len,
-            sequence_length=und_len + gen_indexes.numel(),
-            vision_tokens=[latent.to(device=device, dtype=dtype) for latent in latents],
+            sequence_length=und_len + self.gen_len,
+            vision_tokens=cast(latents["video"]),
             vision_token_shapes=self.token_shapes,
-            vision_sequence_indexes=gen_indexes,
+            vision_sequence_indexes=self.vision_offsets + und_len,
             vision_mse_loss_indexes=self.noisy_gen_offsets + und_len,
-            vision_timesteps=vision_timesteps,
+            vision_timesteps=per_token(self.noisy_lengths),
             vision_noisy_frame_indexes=self.noisy_frames,
             return_dict=False,
         )
+        if self.has_sound:
+            lengths = [row.sound_len for row in self.rows]
+            kwargs.update(
+                sound_tokens=cast(latents["sound"]), sound_token_shapes=[(n, 1, 1) for n in lengths],
+                sound_sequence_indexes=self.sound_offsets + und_len, sound_mse_loss_indexes=self.sound_offsets + und_len,
+                sound_timesteps=per_token(lengths),
+                sound_noisy_frame_indexes=[torch.arange(n, device=device) for n in lengths])
+        if self.has_action:
+            kwargs.update(
+                action_tokens=cast(latents["action"]),
+                action_token_shapes=[(row.action_len, 1, 1) for row in self.rows],
+                action_sequence_indexes=self.action_offsets + und_len,
+                action_mse_loss_indexes=self.action_noisy_offsets + und_len,
+                action_timesteps=per_token([len(n) for n in self.noisy_actions]),
+                action_noisy_frame_indexes=self.noisy_actions, action_domain_ids=self.domain_ids)
+        return kwargs
 
 
 def _rope(x, cos, sin):

@@ -41,6 +41,7 @@ class SDEStep:
     log_prob: torch.Tensor
     log_prob_sum: torch.Tensor
     deterministic: torch.Tensor
+    num_scored: torch.Tensor  # [B] how many elements the log-prob covers (the noisy ones)
 
 
 def _per_batch(value, batch: int, ndim: int, device) -> torch.Tensor:
@@ -141,7 +142,7 @@ def sde_step(
     log_density = -((next_sample - mean) ** 2) / (2.0 * safe_scale**2) - torch.log(safe_scale) - _LOG_SQRT_2PI
     log_density = torch.where(stochastic, log_density, torch.zeros_like(log_density))
     log_prob_sum = log_density.sum(dim=dims)
-    log_prob = log_prob_sum / weight.sum(dim=dims)
+    num_scored = weight.sum(dim=dims)
     deterministic = ~stochastic.flatten(1).any(dim=1)
-    return SDEStep(next_sample=next_sample, mean=mean, scale=scale, log_prob=log_prob, log_prob_sum=log_prob_sum,
-                   deterministic=deterministic)
+    return SDEStep(next_sample=next_sample, mean=mean, scale=scale, log_prob=log_prob_sum / num_scored,
+                   log_prob_sum=log_prob_sum, deterministic=deterministic, num_scored=num_scored)

@@ -5,7 +5,7 @@
 :mod:`cosmos3_gym.world` and writes the checkpoint shipped in
 ``cosmos3_gym/assets/cosmos3-tiny`` with :func:`save_checkpoint`. It has the diffusers
 layout of ``nvidia/Cosmos3-*`` (``transformer/``, ``vae/``, ``text_tokenizer/``,
-``scheduler/``), so it loads through the same loader as a real checkpoint and every code
+``scheduler/``, ``sound_tokenizer/``), so it loads through the same loader as a real checkpoint and every code
 path (packing, mRoPE, CFG, VAE decode) is the one a real checkpoint runs.
 """
 
@@ -48,6 +48,25 @@ TRANSFORMER_CONFIG = dict(
     patch_latent_dim=2 * 2 * 4,
     rope_axes_dim=[8, 4, 4],
     hidden_act="silu",
+    # Action heads (DomainAwareLinear, one weight pair per embodiment domain; the world's domain is
+    # "pusht", raw action dimension 2, padded to action_dim) and the sound stream.
+    action_gen=True,
+    action_dim=8,
+    sound_gen=True,
+    sound_dim=8,
+    sound_latent_fps=100.0,
+)
+
+# A tiny decoder-only AVAE: 8 latent channels, hop 8 samples, mono 800 Hz (100 sound latents per second).
+SOUND_TOKENIZER_CONFIG = dict(
+    sampling_rate=800,
+    vocoder_input_dim=8,
+    dec_dim=8,
+    dec_c_mults=[1, 2],
+    dec_strides=[2, 4],
+    dec_out_channels=1,
+    stereo=False,
+    encoder_enabled=False,
 )
 
 VAE_CONFIG = dict(
@@ -95,17 +114,29 @@ def build_tiny_tokenizer():
 
 
 def build_tiny_components(seed: int = 0) -> dict:
-    """The untrained tiny model: ``text_tokenizer``, ``transformer``, ``vae``, ``scheduler``."""
-    from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
+    """The untrained tiny model: ``text_tokenizer``, ``transformer``, ``vae``, ``sound_tokenizer``, ``scheduler``."""
+    from diffusers import AutoencoderKLWan, Cosmos3AVAEAudioTokenizer, Cosmos3OmniTransformer, UniPCMultistepScheduler
 
     tokenizer = build_tiny_tokenizer()
     torch.manual_seed(seed)
+    transformer = Cosmos3OmniTransformer(vocab_size=len(tokenizer), **TRANSFORMER_CONFIG)
+    scale_action_heads(transformer)
     return {
         "text_tokenizer": tokenizer,
-        "transformer": Cosmos3OmniTransformer(vocab_size=len(tokenizer), **TRANSFORMER_CONFIG),
+        "transformer": transformer,
         "vae": AutoencoderKLWan(**VAE_CONFIG),
+        "sound_tokenizer": Cosmos3AVAEAudioTokenizer(**SOUND_TOKENIZER_CONFIG),
         "scheduler": UniPCMultistepScheduler(**SCHEDULER_CONFIG),
     }
+
+
+@torch.no_grad()
+def scale_action_heads(transformer) -> None:
+    """Give the action heads a linear layer's scale: ``DomainAwareLinear`` stores its weights in an
+    ``nn.Embedding``, initialised N(0, 1), which would make the untrained action velocity ~10x too large."""
+    for head in (transformer.action_proj_in, transformer.action_proj_out):
+        head.fc.weight.mul_(head.input_size ** -0.5)
+        head.bias.weight.zero_()
 
 
 def save_checkpoint(path: str | Path, components: dict) -> Path:
@@ -114,6 +145,7 @@ def save_checkpoint(path: str | Path, components: dict) -> Path:
     components["text_tokenizer"].save_pretrained(path / "text_tokenizer")
     components["transformer"].save_pretrained(path / "transformer", safe_serialization=True)
     components["vae"].save_pretrained(path / "vae", safe_serialization=True)
+    components["sound_tokenizer"].save_pretrained(path / "sound_tokenizer", safe_serialization=True)
     components["scheduler"].save_pretrained(path / "scheduler")
     model_index = {
         "_class_name": "Cosmos3OmniPipeline",
@@ -125,6 +157,7 @@ def save_checkpoint(path: str | Path, components: dict) -> Path:
         "text_tokenizer": ["transformers", "PreTrainedTokenizerFast"],
         "transformer": ["diffusers", "Cosmos3OmniTransformer"],
         "vae": ["diffusers", "AutoencoderKLWan"],
+        "sound_tokenizer": ["diffusers", "Cosmos3AVAEAudioTokenizer"],
     }
     (path / "model_index.json").write_text(json.dumps(model_index, indent=2) + "\n")
     return path

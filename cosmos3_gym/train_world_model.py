@@ -122,9 +122,9 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
         noise = torch.randn_like(x0)
         s = sigma.view(-1, 1, 1, 1, 1)
         x_sigma = (1 - s) * x0 + s * noise
-        velocity = model.forward_rows(model.pack(rows), [x.unsqueeze(0) for x in x_sigma],
-                                          (sigma * 1000).tolist())
-        loss = torch.nn.functional.mse_loss(torch.stack(velocity), noise - x0)
+        velocity = model.forward_rows(model.pack(rows), {"video": [x.unsqueeze(0) for x in x_sigma]},
+                                      (sigma * 1000).tolist())
+        loss = torch.nn.functional.mse_loss(torch.stack([v["video"] for v in velocity]), noise - x0)
         _update(optimizer, loss, transformer.parameters(), _lr(step, args.steps, args.lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:

@@ -1,7 +1,7 @@
 """The one transition function of rollout and replay, and the trainer's replay of stored log-probs.
 
 :func:`transition` computes a step's guided velocity (conditional and unconditional rows
-of every request in one forward) and its :func:`~cosmos3_gym.sde.sde_step`: with
+of every request in one forward) and, per generated stream, its :func:`~cosmos3_gym.sde.sde_step`: with
 ``noise=`` it samples (the rollout), with ``next_sample=`` it scores a stored step (the
 trainer). Both sides call it, so they cannot drift apart.
 """
@@ -9,57 +9,112 @@ trainer). Both sides call it, so they cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from .model import Cosmos3Model
 from .packing import PackedRows, RowSpec
-from .sde import SDEStep, sde_step
+from .sde import sde_step
+from .streams import LATENTS, checked_domain
 from .trajectory import Trajectory
 
 
-def pack_cfg_rows(model: Cosmos3Model, requests: Sequence[tuple], latent_shape: Sequence[int]) -> PackedRows:
-    """Pack ``(cond_ids, uncond_ids, fps, clean_frames)`` requests as rows: per request the
-    conditional row, then the unconditional one (the order :func:`transition` reads them back)."""
-    grid = tuple(latent_shape)[1:]
-    return model.pack([RowSpec(tuple(ids), *grid, fps, tuple(clean)) for cond, uncond, fps, clean in requests
-                       for ids in (cond, uncond)])
+def pack_cfg_rows(model: Cosmos3Model, requests: Sequence[tuple]) -> PackedRows:
+    """Pack ``(cond_ids, uncond_ids, row)`` requests (``row``: the request's :class:`RowSpec`, its
+    ``input_ids`` ignored) as rows: per request the conditional row, then the unconditional one
+    (the order :func:`transition` reads them back)."""
+    return model.pack([replace(row, input_ids=tuple(ids)) for cond, uncond, row in requests for ids in (cond, uncond)])
 
 
-def noisy_mask(packed: PackedRows, latent_shape: Sequence[int]) -> torch.Tensor | None:
-    """``[b, 1, T, 1, 1]`` bool, True on the latent frames each request generates (None: all of them)."""
-    frames = latent_shape[1]
-    noisy = packed.noisy_frames[0::2]
-    if all(len(n) == frames for n in noisy):
-        return None
-    mask = torch.zeros((len(noisy), frames), dtype=torch.bool, device=noisy[0].device)
-    for j, indexes in enumerate(noisy):
-        mask[j, indexes] = True
-    return mask.view(len(noisy), 1, frames, 1, 1)
+def noisy_masks(packed: PackedRows, latents: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+    """Per stream, a bool mask broadcastable to its ``[b, ...]`` latents, True on the elements each
+    request generates (None: all of them). Clean video frames, given action tokens and action
+    channels above the domain's raw dimension (which the pipeline keeps at zero) are not generated."""
+    rows = packed.rows[0::2]
+    device = latents["video"].device
+    frames = latents["video"].shape[2]
+    masks: dict[str, torch.Tensor | None] = {"video": None}
+    if any(row.clean_frames for row in rows):
+        video = torch.ones((len(rows), frames), dtype=torch.bool, device=device)
+        for j, row in enumerate(rows):
+            video[j, list(row.clean_frames)] = False
+        masks["video"] = video.view(len(rows), 1, frames, 1, 1)
+    if "sound" in latents:
+        masks["sound"] = None
+    if "action" in latents:
+        tokens, channels = latents["action"].shape[1:]
+        action = torch.zeros((len(rows), tokens, channels), dtype=torch.bool, device=device)
+        for j, row in enumerate(rows):
+            action[j, :, : row.raw_action_dim] = True
+            action[j, list(row.clean_actions)] = False
+        masks["action"] = action
+    return masks
 
 
-def transition(model: Cosmos3Model, packed: PackedRows, latents: torch.Tensor, timesteps: Sequence[float],
+@dataclass
+class JointStep:
+    """One transition of every stream of ``b`` requests (fp32). The streams share the step's sigma
+    and are independent Gaussians given the velocity, so the joint log-density is the sum of the
+    streams' (``log_prob_sums``); ``log_prob`` divides it by the number of generated elements."""
+
+    next_sample: dict[str, torch.Tensor]
+    velocity: dict[str, torch.Tensor]
+    log_prob: torch.Tensor  # [b]
+    log_prob_sum: torch.Tensor  # [b]
+    log_prob_sums: dict[str, torch.Tensor]  # per stream, [b]
+    deterministic: torch.Tensor  # [b] bool
+
+
+def transition(model: Cosmos3Model, packed: PackedRows, latents: dict[str, torch.Tensor], timesteps: Sequence[float],
                guidance: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level: torch.Tensor,
-               sigma_max: torch.Tensor, kind: str, *, noise: torch.Tensor | None = None,
-               next_sample: torch.Tensor | None = None) -> tuple[SDEStep, torch.Tensor]:
-    """One denoising transition of ``latents[j]`` (request ``j`` of ``packed``).
+               sigma_max: torch.Tensor, kind: str, *, noise: dict[str, torch.Tensor] | None = None,
+               next_sample: dict[str, torch.Tensor] | None = None) -> JointStep:
+    """One denoising transition of ``latents[stream][j]`` (request ``j`` of ``packed``).
 
-    The velocity is ``u + g (c - u)`` (classifier-free guidance) in fp32, zero on clean
-    conditioning frames (the transformer predicts only the noisy ones, as in
-    ``Cosmos3OmniPipeline``); the SDE step copies clean frames unchanged and scores the noisy
-    elements only. Returns the :class:`~cosmos3_gym.sde.SDEStep` and the velocity. Autograd is
-    as the caller set it.
+    The velocity is ``u + g (c - u)`` (classifier-free guidance, every stream) in fp32, zero on
+    elements that are not generated (as ``Cosmos3OmniPipeline`` masks its predictions); each
+    stream's SDE step copies those elements unchanged and scores the generated ones only.
+    Autograd is as the caller set it.
     """
-    rows_latents = [latent.unsqueeze(0) for latent in latents for _ in range(2)]
-    rows_timesteps = [float(t) for t in timesteps for _ in range(2)]
-    velocities = model.forward_rows(packed, rows_latents, rows_timesteps)
-    cond, uncond = torch.stack(velocities[0::2]), torch.stack(velocities[1::2])
-    g = guidance.float().to(cond.device).view(-1, *([1] * (cond.ndim - 1)))
-    velocity = uncond + g * (cond - uncond)
-    step = sde_step(velocity, latents, sigma, sigma_next, kind=kind, noise_level=noise_level, sigma_max=sigma_max,
-                    noise=noise, next_sample=next_sample, mask=noisy_mask(packed, latents.shape[1:]))
-    return step, velocity
+    rows = {name: [tensor[j : j + 1] if name == "video" else tensor[j] for j in range(len(tensor)) for _ in range(2)]
+            for name, tensor in latents.items()}
+    velocities = model.forward_rows(packed, rows, [float(t) for t in timesteps for _ in range(2)])
+    masks = noisy_masks(packed, latents)
+    steps, velocity = {}, {}
+    for name, x in latents.items():
+        cond = torch.stack([v[name] for v in velocities[0::2]])
+        uncond = torch.stack([v[name] for v in velocities[1::2]])
+        g = guidance.float().to(cond.device).view(-1, *([1] * (cond.ndim - 1)))
+        guided = uncond + g * (cond - uncond)
+        mask = masks[name]
+        velocity[name] = guided if mask is None else torch.where(mask, guided, torch.zeros_like(guided))
+        steps[name] = sde_step(velocity[name], x, sigma, sigma_next, kind=kind, noise_level=noise_level,
+                               sigma_max=sigma_max, noise=None if noise is None else noise[name],
+                               next_sample=None if next_sample is None else next_sample[name], mask=mask)
+    log_prob_sum = sum(step.log_prob_sum for step in steps.values())
+    count = sum(step.num_scored for step in steps.values())
+    return JointStep(
+        next_sample={name: step.next_sample for name, step in steps.items()}, velocity=velocity,
+        log_prob=log_prob_sum / count, log_prob_sum=log_prob_sum,
+        log_prob_sums={name: step.log_prob_sum for name, step in steps.items()},
+        deterministic=torch.stack([step.deterministic for step in steps.values()]).all(dim=0),
+    )
+
+
+def trajectory_row(model: Cosmos3Model, trajectory: Trajectory) -> RowSpec:
+    """The :class:`RowSpec` (without tokens) a trajectory's rollout packed."""
+    shape = tuple(trajectory.latents.shape[2:])
+    sound_len = 0 if trajectory.sound_latents is None else trajectory.sound_latents.shape[-1]
+    action_len, domain_id, raw_dim = 0, 0, 0
+    if trajectory.action_latents is not None:
+        action_len = trajectory.action_latents.shape[1]
+        domain_id, raw_dim = checked_domain(trajectory.domain, model.transformer.config.action_dim,
+                                            "trajectory.domain")
+    return RowSpec((), *shape, trajectory.fps, tuple(trajectory.clean_frames), sound_len=sound_len,
+                   sound_fps=float(model.transformer.config.sound_latent_fps), action_len=action_len,
+                   clean_actions=tuple(trajectory.clean_actions), domain_id=domain_id, raw_action_dim=raw_dim)
 
 
 def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Trajectory],
@@ -95,7 +150,9 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
         raise ValueError(f"reduction={reduction!r} is not supported; choose 'mean' or 'sum'")
     n = batch[0].num_steps
     for name, values in (("steps", [t.num_steps for t in batch]), ("kind", [t.kind for t in batch]),
-                         ("latent shape", [tuple(t.latents.shape[1:]) for t in batch])):
+                         ("latent shape", [tuple(t.latents.shape[1:]) for t in batch]),
+                         ("streams", [t.streams for t in batch]),
+                         ("stream shapes", [t.stream_shapes() for t in batch])):
         if len(set(values)) != 1:
             raise ValueError(f"trajectories differ in {name} ({values}); replay them in groups that agree")
     steps = list(range(n)) if steps is None else steps
@@ -114,21 +171,30 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
                              f"{tuple(t.latents.shape[1:])}; this model makes {want}: it comes from another setup")
         if not all(0 <= i < vocab for i in (*t.cond_ids, *t.uncond_ids)):
             raise ValueError(f"a trajectory has token ids outside this model's vocabulary [0, {vocab})")
+        cfg = model.transformer.config
+        for name, enabled, width, got in (
+                ("sound", cfg.sound_gen, cfg.sound_dim, None if t.sound_latents is None else t.sound_latents.shape[1]),
+                ("action", cfg.action_gen, cfg.action_dim,
+                 None if t.action_latents is None else t.action_latents.shape[2])):
+            if got is not None and (not enabled or got != width):
+                raise ValueError(f"a trajectory has a {name} stream of {got} channels; this model "
+                                 f"{f'makes {width}' if enabled else f'has no {name} stream'}: it comes from "
+                                 f"another setup")
     out = []
     for start in range(0, len(batch), size):
         chunk = batch[start:start + size]
-        packed = pack_cfg_rows(model, [(t.cond_ids, t.uncond_ids, t.fps, t.clean_frames) for t in chunk],
-                               chunk[0].latents.shape[1:])
-        latents = torch.stack([t.latents for t in chunk]).to(model.device)
+        packed = pack_cfg_rows(model, [(t.cond_ids, t.uncond_ids, trajectory_row(model, t)) for t in chunk])
+        streams = {name: torch.stack([getattr(t, LATENTS[name]) for t in chunk]).to(model.device)
+                   for name in chunk[0].streams}
         sigmas = torch.stack([t.sigmas for t in chunk]).to(model.device)
         timesteps = torch.stack([t.timesteps for t in chunk])
         rows = []
         for k in steps:
-            step, _ = transition(
-                model, packed, latents[:, k], timesteps[:, k].tolist(),
+            step = transition(
+                model, packed, {name: x[:, k] for name, x in streams.items()}, timesteps[:, k].tolist(),
                 torch.stack([t.guidance_scales[k] for t in chunk]), sigmas[:, k], sigmas[:, k + 1],
                 torch.stack([t.noise_levels[k] for t in chunk]).to(model.device), sigmas[:, 1], chunk[0].kind,
-                next_sample=latents[:, k + 1])
+                next_sample={name: x[:, k + 1] for name, x in streams.items()})
             rows.append(step.log_prob if reduction == "mean" else step.log_prob_sum)
         out.append(torch.stack(rows, dim=1))
     result = torch.cat(out)

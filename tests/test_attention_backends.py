@@ -23,12 +23,13 @@ def test_flex_and_sdpa_backends_agree(tiny_model):
     timesteps = [999.0, 700.0, 400.0, 100.0]
     packed_flex = flex.pack(rows)
     assert packed_flex.und_len % FLEX_PAD_MULTIPLE == 0 and packed_flex.und_len > sum(len(r.input_ids) for r in rows)
-    v_flex = flex.velocity(packed_flex, latents, timesteps)
+    v_flex = flex.velocity(packed_flex, {"video": latents}, timesteps)
     tiny_model.install_processors()  # the shared model gets its own processors back
-    v_sdpa = tiny_model.velocity(tiny_model.pack(rows), latents, timesteps)
+    v_sdpa = tiny_model.velocity(tiny_model.pack(rows), {"video": latents}, timesteps)
     for a, b in zip(v_flex, v_sdpa):
+        a, b = a["video"], b["video"]
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-    assert (v_sdpa[0] - v_sdpa[1]).abs().max() > 1e-2
+    assert (v_sdpa[0]["video"] - v_sdpa[1]["video"]).abs().max() > 1e-2
 
 
 def test_compiled_vision_pathway_matches_eager(tiny_model):
@@ -42,7 +43,8 @@ def test_compiled_vision_pathway_matches_eager(tiny_model):
     for text_cached_step in range(2):  # the recording forward, then the text-cached one
         packed_c, packed_e = compiled.pack(rows), tiny_model.pack(rows)
         for _ in range(text_cached_step + 1):
-            v_compiled = compiled.velocity(packed_c, latents, [800.0, 300.0])
-            v_eager = tiny_model.velocity(packed_e, latents, [800.0, 300.0])
+            v_compiled = compiled.velocity(packed_c, {"video": latents}, [800.0, 300.0])
+            v_eager = tiny_model.velocity(packed_e, {"video": latents}, [800.0, 300.0])
         for a, b in zip(v_compiled, v_eager):
+            a, b = a["video"], b["video"]
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

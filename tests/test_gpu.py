@@ -16,10 +16,11 @@ def test_flex_rows_equal_sdpa_rows_at_a_real_head_size():
     rows = [RowSpec(tuple(generator.tokenize(p, "", 9, 256, 256, 24.0)[0]), *shape[1:], 24.0)
             for p in ("a red ball", "a much longer prompt about a green square sliding to the left")]
     latents = [torch.randn(1, *shape, device="cuda") for _ in rows]
-    flex = generator.velocity(generator.pack(rows), latents, [900.0, 300.0])
+    flex = generator.velocity(generator.pack(rows), {"video": latents}, [900.0, 300.0])
     generator.attention = "sdpa"
-    sdpa = generator.velocity(generator.pack(rows), latents, [900.0, 300.0])
+    sdpa = generator.velocity(generator.pack(rows), {"video": latents}, [900.0, 300.0])
     for a, b in zip(flex, sdpa):
+        a, b = a["video"], b["video"]
         assert (a - b).abs().max() <= 0.05 * b.abs().max()  # bf16 rounding of different kernels
 
 
