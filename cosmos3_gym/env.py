@@ -156,7 +156,8 @@ class Cosmos3RolloutEnv(gym.Env):
         if not self.vector._was_reset or self.vector._needs_reset[0]:
             raise RuntimeError("the episode is over (or reset() was never called): call env.reset() first")
         action = checked_action(action, self.action_space, device=self.engine.device)
-        obs, rewards, terminated, truncated, infos = self.vector.step(action.unsqueeze(0))
+        batched = {k: v.unsqueeze(0) for k, v in action.items()} if isinstance(action, dict) else action.unsqueeze(0)
+        obs, rewards, terminated, truncated, infos = self.vector.step(batched)
         return self._unbatched(obs), float(rewards[0]), bool(terminated[0]), bool(truncated[0]), \
             self._unbatched_info(infos)
 

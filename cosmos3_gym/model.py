@@ -9,8 +9,10 @@ every env sharing one model reports the same version.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ ALLOWED_CLASSES = {
     "scheduler": ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler"),
 }
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")  # torch.load / pickle formats: never read
+CONDITION_CACHE_SIZE = 256
 
 
 def default_device() -> torch.device:
@@ -178,6 +181,7 @@ class Cosmos3Model:
             _fold_weight_norm(self.sound_tokenizer)
             self.sound_tokenizer.requires_grad_(False).eval()
         self.weights_version = 0
+        self._conditions: OrderedDict = OrderedDict()  # encoded conditions by input digest (LRU)
         self._owner: int | None = None  # the thread inside a forward or an update
         self._guard = threading.Lock()
 
@@ -278,9 +282,39 @@ class Cosmos3Model:
         )
 
     # --- conditioning -----------------------------------------------------------------
-    @torch.no_grad()
+    def _cached(self, encode, *args, **arrays) -> Condition:
+        """``encode(*args, **arrays)``, remembered for the same inputs (the VAE encode of a conditioning
+        canvas costs seconds on a CPU, and GRPO groups and repeated scenes ask for the same one)."""
+        digest = hashlib.blake2b(repr((encode.__name__, args)).encode(), digest_size=16)
+        for name, array in sorted(arrays.items()):
+            if array is not None:
+                array = np.ascontiguousarray(array)
+                digest.update(f"{name}{array.shape}{array.dtype}".encode())
+                digest.update(array.tobytes())
+        key = (digest.hexdigest(), tuple(p._version for p in self.vae.parameters()))
+        if key in self._conditions:
+            self._conditions.move_to_end(key)
+            return self._conditions[key]
+        condition = encode(*args, **arrays)
+        self._conditions[key] = condition
+        if len(self._conditions) > CONDITION_CACHE_SIZE:
+            self._conditions.popitem(last=False)
+        return condition
+
     def encode_condition(self, num_frames: int, height: int, width: int, image: np.ndarray | None = None,
                          video: np.ndarray | None = None) -> Condition:
+        """:meth:`_encode_condition`, remembered for repeated inputs."""
+        return self._cached(self._encode_condition, num_frames, height, width, image=image, video=video)
+
+    def encode_action_condition(self, mode: str, chunk: int, resolution_tier: int, image: np.ndarray | None = None,
+                                video: np.ndarray | None = None, actions: np.ndarray | None = None) -> Condition:
+        """:meth:`_encode_action_condition`, remembered for repeated inputs."""
+        return self._cached(self._encode_action_condition, mode, chunk, resolution_tier, image=image, video=video,
+                            actions=actions)
+
+    @torch.no_grad()
+    def _encode_condition(self, num_frames: int, height: int, width: int, image: np.ndarray | None = None,
+                          video: np.ndarray | None = None) -> Condition:
         """The clean frames of an image-to-video (``image`` uint8 ``[H, W, 3]``) or video-to-video
         (``video`` uint8 ``[F, H, W, 3]``, ``F = 1 + 4k`` frames) request, built exactly as
         ``Cosmos3OmniPipeline.prepare_latents`` builds them: the given frames first, the last one
@@ -317,8 +351,8 @@ class Cosmos3Model:
         return VideoProcessor.classify_height_width_bin(height, width, ratios=bins)
 
     @torch.no_grad()
-    def encode_action_condition(self, mode: str, chunk: int, resolution_tier: int, image: np.ndarray | None = None,
-                                video: np.ndarray | None = None, actions: np.ndarray | None = None) -> Condition:
+    def _encode_action_condition(self, mode: str, chunk: int, resolution_tier: int, image: np.ndarray | None = None,
+                                 video: np.ndarray | None = None, actions: np.ndarray | None = None) -> Condition:
         """The clean part of an action request, built exactly as ``Cosmos3OmniPipeline.prepare_latents``
         builds it for ``CosmosActionCondition(mode=...)``: the frame (``image`` uint8 ``[H, W, 3]``) or
         the ``chunk + 1`` frames (``video``) padded into the tier's canvas, encoded, and the latent

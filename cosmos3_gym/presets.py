@@ -21,7 +21,10 @@ from .schedule import NUM_TRAIN_TIMESTEPS, SigmaGrid, explicit_grid, flow_shift_
 from .sde import KINDS
 
 ACTION_MODES = ("control", "noise")
-CONDITIONINGS = ("none", "image", "video")
+# What reset() is given: nothing (text-to-video), a first frame, leading frames, or an action task's
+# inputs (policy: a frame; forward dynamics: a frame and actions; inverse dynamics: the whole video).
+ACTION_CONDITIONINGS = ("policy", "forward_dynamics", "inverse_dynamics")
+CONDITIONINGS = ("none", "image", "video") + ACTION_CONDITIONINGS
 SIGMA_GRIDS = ("serving", "flow_shift", "explicit")
 # The keys of rewards.REWARDS (which checks this at import), spelled out so that validating a preset
 # does not import the reward functions and the toy world they score against.
@@ -29,7 +32,8 @@ REWARD_NAMES = ("colorfulness", "brightness", "temporal_smoothness", "color_adhe
                 "position_adherence", "prompt_adherence", "none")
 # An episode of more steps than the scheduler's training timesteps would repeat timesteps.
 MAX_STEPS = NUM_TRAIN_TIMESTEPS
-INT_FIELDS = ("num_frames", "height", "width", "num_steps", "max_prompt_tokens")
+INT_FIELDS = ("num_frames", "height", "width", "num_steps", "max_prompt_tokens", "resolution_tier")
+VIEW_POINTS = ("ego_view", "third_person_view", "wrist_view", "concat_view")
 
 _repr = reprlib.Repr()
 _repr.maxstring = _repr.maxother = _repr.maxlong = 60
@@ -74,7 +78,16 @@ class Preset:
     max_prompt_tokens: int = 1024
     conditioning: str = "none"
     condition_frames: int = 5
+    sound: bool = False
+    domain: str = "pusht"
+    resolution_tier: int = 256
+    view_point: str = "ego_view"
     description: str = field(default="", compare=False)
+
+    @property
+    def action_task(self) -> bool:
+        """Whether this is an action rollout (policy, forward or inverse dynamics)."""
+        return self.conditioning in ACTION_CONDITIONINGS
 
     def __post_init__(self):
         def fail(name, allowed):
@@ -88,7 +101,8 @@ class Preset:
                 fail(name, f"an integer in [1, {MAX_STEPS}] (the scheduler's {MAX_STEPS} training timesteps)"
                      if steps else "an integer >= 1")
         for name, allowed in (("kind", KINDS), ("action_mode", ACTION_MODES), ("sigma_grid", SIGMA_GRIDS),
-                              ("reward", REWARD_NAMES), ("conditioning", CONDITIONINGS)):
+                              ("reward", REWARD_NAMES), ("conditioning", CONDITIONINGS),
+                              ("view_point", VIEW_POINTS)):
             if not isinstance(getattr(self, name), str) or getattr(self, name) not in allowed:
                 fail(name, list(allowed))
         for name in ("fps", "flow_shift"):
@@ -107,6 +121,12 @@ class Preset:
             fail("noise_level_bounds", "a sub-interval of [0, 1]")
         if self.conditioning != "none" and self.num_frames == 1:
             fail("conditioning", "'none' for a one-frame (text-to-image) env: conditioning keeps frames of a video")
+        if not isinstance(self.sound, bool):
+            fail("sound", "true or false")
+        if self.sound and (self.action_task or self.num_frames == 1):
+            fail("sound", "false for action rollouts and one-frame envs (sound goes with text-to-video)")
+        if not isinstance(self.domain, str) or not self.domain:
+            fail("domain", "a Cosmos 3 embodiment name, e.g. 'pusht'")
         cf = self.condition_frames
         if not isinstance(cf, int) or isinstance(cf, bool) or cf < 1 or (cf - 1) % 4 or (
                 self.conditioning == "video" and cf >= self.num_frames):

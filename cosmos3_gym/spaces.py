@@ -9,8 +9,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from .engine import RolloutEngine
+from .engine import ActionTask, RolloutEngine
 from .model import Cosmos3Model
+from .streams import OBS_KEYS
 from .presets import Preset
 from .tiny_model import TINY_CHECKPOINT
 
@@ -30,32 +31,49 @@ def build_engine(preset: Preset, num_slots: int, device=None, dtype=None,
     if model is None:
         model = Cosmos3Model.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device, dtype=dtype)
     grid = preset.sigma_grid_for(model.scheduler, model.pipeline.config.use_native_flow_schedule)
+    action = None
+    if preset.action_task:
+        action = ActionTask(preset.conditioning, chunk=preset.num_frames - 1,
+                            resolution_tier=preset.resolution_tier, view_point=preset.view_point)
     return RolloutEngine(model, num_slots, num_frames=preset.num_frames, height=preset.height,
                          width=preset.width, fps=preset.fps, grid=grid, kind=preset.kind,
-                         max_prompt_tokens=preset.max_prompt_tokens)
+                         max_prompt_tokens=preset.max_prompt_tokens, sound=preset.sound, action=action)
 
 
-def observation_space(latent_shape, num_steps: int) -> spaces.Dict:
+def _latent_boxes(stream_shapes: dict) -> dict:
+    """One unbounded float32 Box per generated stream, under its observation key."""
+    return {OBS_KEYS[name]: spaces.Box(-np.inf, np.inf, shape=tuple(shape), dtype=np.float32)
+            for name, shape in stream_shapes.items()}
+
+
+def observation_space(stream_shapes: dict, num_steps: int) -> spaces.Dict:
     return spaces.Dict({
-        "latent": spaces.Box(-np.inf, np.inf, shape=tuple(latent_shape), dtype=np.float32),
+        **_latent_boxes(stream_shapes),
         "sigma": spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32),
         "step": spaces.Box(0, num_steps, shape=(1,), dtype=np.int64),
     })
 
 
-def action_space(preset: Preset, latent_shape) -> spaces.Box:
-    if preset.action_mode == "noise":
-        return spaces.Box(-np.inf, np.inf, shape=tuple(latent_shape), dtype=np.float32)
+def action_space(preset: Preset, stream_shapes: dict) -> spaces.Space:
+    if preset.action_mode == "noise":  # the step's noise: a Box, or a Dict of Boxes with several streams
+        boxes = _latent_boxes(stream_shapes)
+        return boxes["latent"] if len(boxes) == 1 else spaces.Dict(boxes)
     low = np.array([preset.guidance_bounds[0], preset.noise_level_bounds[0]], dtype=np.float32)
     high = np.array([preset.guidance_bounds[1], preset.noise_level_bounds[1]], dtype=np.float32)
     return spaces.Box(low, high, dtype=np.float32)
 
 
-def checked_action(action, space: spaces.Box, batch_shape: tuple = (), device="cpu") -> torch.Tensor:
-    """The action as a float32 tensor of shape ``batch_shape + space.shape`` on ``device``.
+def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple = (), device="cpu"):
+    """The action as a float32 tensor of shape ``batch_shape + space.shape`` on ``device`` (for a
+    ``Dict`` space: a dict of them, one per key).
 
     Accepts numpy arrays, torch tensors and nested lists; raises ``ValueError`` saying what is wrong.
     """
+    if isinstance(space, spaces.Dict):
+        if not isinstance(action, dict) or set(action) != set(space.spaces):
+            got = sorted(action) if isinstance(action, dict) else type(action).__name__
+            raise ValueError(f"action is {got}; expected a dict with keys {sorted(space.spaces)} (one noise per stream)")
+        return {key: checked_action(action[key], box, batch_shape, device) for key, box in space.spaces.items()}
     expected = batch_shape + space.shape
     tensor = action if isinstance(action, torch.Tensor) else None
     if tensor is None:

@@ -15,10 +15,17 @@ from .interrupts import deferred_interrupts
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, observation_space
+from .streams import LOG_PROB_INFO, OBS_KEYS, checked_domain
 
-OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video")
-# The conditioning option of each kind of preset, and the dimensions of one env's value.
-CONDITION_NDIM = {"image": 3, "video": 4}
+OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")
+# The reset options each conditioning takes, and the dimensions of one env's value.
+CONDITION_INPUTS = {"none": (), "image": ("image",), "video": ("video",), "policy": ("image",),
+                    "forward_dynamics": ("image", "actions"), "inverse_dynamics": ("video",)}
+CONDITION_NDIM = {"image": 3, "video": 4, "actions": 2}
+# The env id that takes an input, for the error that names it.
+ENV_FOR_INPUT = {"image": "Cosmos3RolloutI2V-v0 or Cosmos3PolicyRollout-v0",
+                 "video": "Cosmos3RolloutV2V-v0 or Cosmos3InverseDynamicsRollout-v0",
+                 "actions": "Cosmos3ForwardDynamicsRollout-v0", "domain": "an action rollout"}
 ARRAY_TYPES = ("numpy", "torch")
 # Per-step info keys: (info key, Transition field).
 STEP_INFO = (("log_prob", "log_prob"), ("log_prob_sum", "log_prob_sum"), ("sigma", "sigma"),
@@ -100,8 +107,8 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         self.reward_fn = reward_fn or REWARDS[self.preset.reward]
         self.engine: RolloutEngine = build_engine(self.preset, num_envs, device=device, dtype=dtype, model=model)
         self.device = self.engine.device
-        self.single_observation_space = observation_space(self.engine.latent_shape, self.engine.num_steps)
-        self.single_action_space = action_space(self.preset, self.engine.latent_shape)
+        self.single_observation_space = observation_space(self.engine.stream_shapes, self.engine.num_steps)
+        self.single_action_space = action_space(self.preset, self.engine.stream_shapes)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.default_action = np.array([self.preset.guidance_scale, self.preset.noise_level], dtype=np.float32)
@@ -136,7 +143,8 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         episodes = [self.engine.episode(i) for i in range(self.num_envs)]
         steps = torch.tensor([[e.step] for e in episodes], device=self.device)
         return {
-            "latent": self._out(torch.stack([e.latent for e in episodes]).clone()),
+            **{OBS_KEYS[name]: self._out(torch.stack([e.current(name) for e in episodes]).clone())
+               for name in self.engine.streams},
             "sigma": self._out(torch.stack([e.sigmas[e.step : e.step + 1] for e in episodes]).clone()),
             "step": self._out(steps),
         }
@@ -205,64 +213,99 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             raise ValueError("options['reset_mask'] must select every env on the first reset()")
         seeds, rng = self._seeds(seed)
         envs = np.flatnonzero(mask).tolist()
-        prompts, negatives, conditions = self._requests(rng, options, envs)
-        episodes = self.engine.prepare_reset(envs, [seeds[i] for i in envs], [prompts[i] for i in envs],
-                                             [negatives[i] for i in envs], conditions=[conditions[i] for i in envs])
+        episodes = self._prepare_episodes(rng, options, envs, seeds)
         # Everything is checked: install.
         with deferred_interrupts():
             self.engine.commit(resets=dict(zip(envs, episodes)))
             self._rng = rng
+        prompts = [e.prompt for e in self.engine.episodes]
         infos = {"seed": np.array(seeds, dtype=np.int64), "prompt": np.array(prompts, dtype=object),
                  "_seed": mask.copy(), "_prompt": mask.copy()}
         return self._obs(), infos
 
-    def _requests(self, rng: np.random.Generator, options: dict, envs: list[int]) -> tuple[list, list, list]:
-        """Per-env prompts, negative prompts and conditions (encoded for ``envs`` only) from the
-        reset options, drawing what they leave open (one draw per GRPO group)."""
-        mode, groups = self.preset.conditioning, self.num_envs // self.group_size
-        for key in CONDITION_NDIM:
-            if key in options and key != mode:
-                raise ValueError(f"options[{key!r}] is for a preset with conditioning={key!r}; this env's is "
-                                 f"{mode!r} (use Cosmos3Rollout{'I2V' if key == 'image' else 'V2V'}-v0)")
-        clips = None
-        if mode != "none" and options.get(mode) is None:
-            clips, captions = self._draw_scenes(rng, groups)
-            default_prompts = captions
+    def _prepare_episodes(self, rng: np.random.Generator, options: dict, envs: list[int], seeds: list[int]) -> list:
+        """Episodes for ``envs`` from the reset options (see :meth:`_requests`), not installed."""
+        prompts, negatives, conditions, domains = self._requests(rng, options, envs)
+        return self.engine.prepare_reset(envs, [seeds[i] for i in envs], [prompts[i] for i in envs],
+                                         [negatives[i] for i in envs], conditions=[conditions[i] for i in envs],
+                                         domains=[domains[i] for i in envs])
+
+    def _requests(self, rng: np.random.Generator, options: dict, envs: list[int]) -> tuple[list, list, list, list]:
+        """Per-env prompts, negative prompts, conditions (encoded for ``envs`` only) and embodiments
+        from the reset options, drawing what they leave open (one draw per GRPO group)."""
+        p, groups = self.preset, self.num_envs // self.group_size
+        inputs = CONDITION_INPUTS[p.conditioning]
+        for key in ("image", "video", "actions", "domain"):
+            if key in options and key not in inputs and not (key == "domain" and p.action_task):
+                raise ValueError(f"options[{key!r}] is not an input of this env (conditioning={p.conditioning!r}, "
+                                 f"which takes {list(inputs) or 'none of image/video/actions'}); use "
+                                 f"{ENV_FOR_INPUT[key]}")
+        frames_key = inputs[0] if inputs else None
+        if frames_key is not None and options.get(frames_key) is None:
+            clips, default_prompts = self._draw_scenes(rng, groups)
         else:
-            default_prompts = self._draw_prompts(rng, self.preset.prompts, groups)
+            clips, default_prompts = None, self._draw_prompts(rng, p.prompts, groups)
         prompts = self._per_env("prompt", options.get("prompt"), default_prompts)
-        negatives = self._per_env("negative_prompt", options.get("negative_prompt"), self.preset.negative_prompt)
+        negatives = self._per_env("negative_prompt", options.get("negative_prompt"), p.negative_prompt)
+        domains = self._per_env("domain", options.get("domain"), p.domain) if p.action_task else [""] * self.num_envs
+        action_dim = self.engine.stream_shapes["action"][1] if p.action_task else 0
+        raw_dims = [checked_domain(d, action_dim, "options['domain']")[1] if p.action_task else 0 for d in domains]
         conditions = [None] * self.num_envs
-        if mode != "none":
-            given = clips if clips is not None else self._per_env_arrays(mode, options[mode])
-            encoded = {}
-            for i in envs:  # one encode per distinct clip (a GRPO group shares one)
-                key = id(given[i])
-                if key not in encoded:
-                    encoded[key] = self.engine.model.encode_condition(
-                        self.preset.num_frames, self.preset.height, self.preset.width, **{mode: given[i]})
-                conditions[i] = encoded[key]
-        return prompts, negatives, conditions
+        if frames_key is None:
+            return prompts, negatives, conditions, domains
+        frames = clips if clips is not None else self._per_env_arrays(frames_key, options[frames_key])
+        actions = [None] * self.num_envs
+        if "actions" in inputs:
+            given = options.get("actions")
+            actions = self._draw_actions(rng, raw_dims) if given is None else self._per_env_arrays("actions", given)
+            for i, (item, raw_dim) in enumerate(zip(actions, raw_dims)):
+                if tuple(item.shape) != (p.num_frames - 1, raw_dim):
+                    raise ValueError(f"options['actions'] for env {i} has shape {tuple(item.shape)}; expected "
+                                     f"({p.num_frames - 1}, {raw_dim}): one action per transition (chunk = "
+                                     f"num_frames - 1) of the {domains[i]!r} embodiment")
+        encoded = {}
+        for i in envs:  # one encode per distinct input (a GRPO group shares one)
+            key = (id(frames[i]), id(actions[i]))
+            if key not in encoded:
+                if p.action_task:
+                    encoded[key] = self.engine.model.encode_action_condition(
+                        p.conditioning, p.num_frames - 1, p.resolution_tier, actions=actions[i],
+                        **{frames_key: frames[i]})
+                else:
+                    encoded[key] = self.engine.model.encode_condition(p.num_frames, p.height, p.width,
+                                                                      **{frames_key: frames[i]})
+            conditions[i] = encoded[key]
+        return prompts, negatives, conditions, domains
 
     def _draw_scenes(self, rng: np.random.Generator, count: int) -> tuple[list[np.ndarray], list[str]]:
         """``count`` conditioning clips from scenes of the procedural world, and their captions."""
         from .world import render, sample_scene
 
         p = self.preset
+        key = CONDITION_INPUTS[p.conditioning][0]
         if p.height != p.width:
-            raise ValueError(f"reset() without options[{p.conditioning!r}] draws a scene of the square procedural "
-                             f"world, but this env is {p.height}x{p.width}: pass options[{p.conditioning!r}]")
-        frames = 1 if p.conditioning == "image" else p.condition_frames
+            raise ValueError(f"reset() without options[{key!r}] draws a scene of the square procedural "
+                             f"world, but this env is {p.height}x{p.width}: pass options[{key!r}]")
+        frames = {"video": p.condition_frames, "inverse_dynamics": p.num_frames}.get(p.conditioning, 1)
         scenes = [sample_scene(rng, p.num_frames, p.height) for _ in range(count)]
         clips = [render(scene, p.num_frames, p.height)[:frames] for scene in scenes]
-        clips = [clip[0] if p.conditioning == "image" else clip for clip in clips]
+        clips = [clip[0] if key == "image" else clip for clip in clips]
         return [clip for clip in clips for _ in range(self.group_size)], [s.caption for s in scenes]
+
+    def _draw_actions(self, rng: np.random.Generator, raw_dims: list[int]) -> list[np.ndarray]:
+        """Uniform actions in [-1, 1] per group (forward dynamics without ``options['actions']``)."""
+        chunk, drawn = self.preset.num_frames - 1, []
+        for group in range(self.num_envs // self.group_size):
+            actions = rng.uniform(-1.0, 1.0, (chunk, raw_dims[group * self.group_size])).astype(np.float32)
+            drawn += [actions] * self.group_size
+        return drawn
 
     def _per_env_arrays(self, name: str, value) -> list[np.ndarray]:
         """Expand one conditioning array, or one per env / per group, to one per env; check each."""
         p, ndim = self.preset, CONDITION_NDIM[name]
         array = np.asarray(value)
         groups = self.num_envs // self.group_size
+        layout = {"image": "uint8 [H, W, 3]", "video": "uint8 [F, H, W, 3]", "actions": "float32 [chunk, raw_dim]"}
         if array.ndim == ndim:
             items = [array] * self.num_envs
         elif array.ndim == ndim + 1 and len(array) == groups:
@@ -270,10 +313,14 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         elif array.ndim == ndim + 1 and len(array) == self.num_envs:
             items = list(array)
         else:
-            raise ValueError(f"options[{name!r}] has shape {array.shape}; expected one uint8 "
-                             f"{'[H, W, 3]' if name == 'image' else '[F, H, W, 3]'} for all envs, or "
-                             f"{self.num_envs} (one per env) or {groups} (one per group) of them")
-        latent_frames = self.engine.latent_shape[1]
+            raise ValueError(f"options[{name!r}] has shape {array.shape}; expected one {layout[name]} for all "
+                             f"envs, or {self.num_envs} (one per env) or {groups} (one per group) of them")
+        if name == "actions":
+            for item in items:
+                if item.dtype.kind != "f" or not np.isfinite(item).all():
+                    raise ValueError(f"options['actions'] must hold finite floats (float32 {layout[name]}); got "
+                                     f"dtype {item.dtype}{'' if item.dtype.kind != 'f' else ' with NaN/Inf'}")
+            return [item.astype(np.float32) for item in items]
         for item in items:
             shape = (p.height, p.width, 3)
             if item.dtype != np.uint8:
@@ -281,8 +328,12 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             if tuple(item.shape[-3:]) != shape:
                 raise ValueError(f"options[{name!r}] has frames of shape {tuple(item.shape[-3:])}; this env "
                                  f"generates {shape} (height, width, RGB)")
-            if name == "video":
-                count = item.shape[0]
+            if name == "video" and p.conditioning == "inverse_dynamics":
+                if item.shape[0] != p.num_frames:
+                    raise ValueError(f"options['video'] has {item.shape[0]} frames; inverse dynamics infers the "
+                                     f"actions between all {p.num_frames} frames (chunk + 1)")
+            elif name == "video":
+                count, latent_frames = item.shape[0], self.engine.latent_shape[1]
                 if (count - 1) % 4 or not 1 <= (count - 1) // 4 + 1 < latent_frames:
                     raise ValueError(f"options['video'] has {count} frames; give 1 + 4k frames (whole latent "
                                      f"frames), fewer than num_frames={p.num_frames} so that some are generated")
@@ -291,10 +342,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
     def _prepare_autoreset(self, envs: list[int], rng: np.random.Generator) -> dict:
         """Fresh episodes for ``envs`` (new seeds; new prompts and conditions per GRPO group), not installed."""
         seeds = self._draw_seeds(rng, len(envs))
-        prompts, negatives, conditions = self._requests(rng, {}, envs)
-        return dict(zip(envs, self.engine.prepare_reset(envs, seeds, [prompts[i] for i in envs],
-                                                        [negatives[i] for i in envs],
-                                                        conditions=[conditions[i] for i in envs])))
+        return dict(zip(envs, self._prepare_episodes(rng, {}, envs, dict(zip(envs, seeds)))))
 
     # --- step -----------------------------------------------------------------------
     def step(self, actions):
@@ -319,6 +367,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
                 ended = [s for s, d in zip(stepping, transition.done.tolist()) if d]
                 if ended:
                     rewards[ended], infos = self._score(ended, transition)
+                    infos.update(self._generated(ended, transition))
             if ended and self.autoreset_mode == AutoresetMode.SAME_STEP:
                 same_step_resets = self._prepare_autoreset(ended, rng)
             # Everything that can fail has run: install the step (and the resets) in one section.
@@ -347,7 +396,8 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         if self.preset.action_mode == "noise":
             guidance = torch.full((len(stepping),), float(self.default_action[0]))
             noise_level = torch.full((len(stepping),), float(self.default_action[1]))
-            noise = actions[index]
+            by_key = actions if isinstance(actions, dict) else {"latent": actions}
+            noise = {name: by_key[OBS_KEYS[name]][index] for name in self.engine.streams}
         else:
             guidance, noise_level, noise = actions[index, 0], actions[index, 1], None
         return self.engine.prepare_step(stepping, guidance, noise_level, noise)
@@ -370,6 +420,10 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             full = torch.full((n,), float("nan"), device=self.device)
             full[index] = getattr(transition, field).to(self.device, torch.float32)
             infos[key], infos[f"_{key}"] = self._out(full), mask
+        for name, values in transition.log_prob_sums.items():
+            full = torch.full((n,), float("nan"), device=self.device)
+            full[index] = values.to(self.device, torch.float32)
+            infos[LOG_PROB_INFO[name]], infos[f"_{LOG_PROB_INFO[name]}"] = self._out(full), mask
         deterministic = torch.zeros(n, dtype=torch.bool, device=self.device)
         deterministic[index] = transition.deterministic
         infos["deterministic"], infos["_deterministic"] = self._out(deterministic), mask
@@ -392,13 +446,27 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         scored = [i for i in ended if finite[i]]
         if self.reward_fn is None or not scored:
             return rewards, infos
-        frames = self.engine.model.decode(transition.latents[[rows[i] for i in scored]])
+        frames = self.engine.model.decode(transition.latents["video"][[rows[i] for i in scored]])
         values = checked_reward(self.reward_fn, frames, [self.engine.episode(i).prompt for i in scored])
         rewards[[ended.index(i) for i in scored]] = torch.as_tensor(values, device=self.device)
         all_frames = np.zeros((n, *frames.shape[1:]), dtype=np.uint8)
         all_frames[scored] = frames
         infos.update(frames=all_frames, _frames=self._masked(scored))
         return rewards, infos
+
+    def _generated(self, ended: list[int], transition) -> dict:
+        """What the ended episodes generated besides frames: ``actions`` (float32 ``[chunk, raw_dim]``
+        per env, the embodiment's units) and ``waveform`` (float32 ``[channels, samples]``)."""
+        rows = [transition.slots.index(i) for i in ended]
+        infos = {}
+        if "action" in transition.latents:
+            actions = transition.latents["action"][rows].detach().cpu().numpy()
+            infos.update(self._out_masked("actions", {
+                i: actions[j, :, : self.engine.episode(i).row.raw_action_dim].copy() for j, i in enumerate(ended)}))
+        if "sound" in transition.latents:
+            waves = self.engine.model.decode_sound(transition.latents["sound"][rows])
+            infos.update(self._out_masked("waveform", dict(zip(ended, waves))))
+        return infos
 
     # --- branching, state, weights ----------------------------------------------------
     def fork(self, src: int, dst: list[int], seeds: list[int | None] | None = None) -> list[int | None]:

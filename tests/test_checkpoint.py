@@ -17,8 +17,16 @@ def test_shipped_checkpoint_is_the_builders_model_trained(tmp_path):
         untrained = load_file(tmp_path / component / "diffusion_pytorch_model.safetensors")
         assert shipped.keys() == untrained.keys()
         assert all(shipped[k].shape == untrained[k].shape for k in shipped)
-        changed = sum(not torch.equal(shipped[k], untrained[k]) for k in shipped)
-        assert changed > 0.9 * len(shipped)  # trained, not the initial weights
+        # The action and sound heads are the builder's (untrained) initialisation; the rest is trained.
+        heads = [k for k in shipped if k.startswith(("action_", "audio_"))]
+        assert (component == "transformer") == bool(heads)
+        assert all(torch.equal(shipped[k], untrained[k]) for k in heads)
+        trained = [k for k in shipped if k not in heads]
+        changed = sum(not torch.equal(shipped[k], untrained[k]) for k in trained)
+        assert changed > 0.9 * len(trained)  # trained, not the initial weights
+    shipped = load_file(TINY_CHECKPOINT / "sound_tokenizer" / "diffusion_pytorch_model.safetensors")
+    untrained = load_file(tmp_path / "sound_tokenizer" / "diffusion_pytorch_model.safetensors")
+    assert shipped.keys() == untrained.keys() and all(torch.equal(shipped[k], untrained[k]) for k in shipped)
     assert (TINY_CHECKPOINT / "text_tokenizer" / "tokenizer.json").read_text() == \
         (tmp_path / "text_tokenizer" / "tokenizer.json").read_text()
     record = json.loads((TINY_CHECKPOINT / "training.json").read_text())

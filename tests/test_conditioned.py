@@ -128,7 +128,7 @@ def test_default_conditioning_is_a_world_scene_with_its_caption(make_env):
     (MODES["image"], {"image": 5}, r"options\['image'\] has shape \(\)"),
     (MODES["video"], {"video": np.zeros((4, 32, 32, 3), dtype=np.uint8)}, r"options\['video'\] has 4 frames"),
     (MODES["video"], {"video": np.zeros((9, 32, 32, 3), dtype=np.uint8)}, r"has 9 frames.*fewer than num_frames"),
-    (MODES["image"], {"video": np.zeros((5, 32, 32, 3), dtype=np.uint8)}, r"options\['video'\] is for a preset"),
+    (MODES["image"], {"video": np.zeros((5, 32, 32, 3), dtype=np.uint8)}, r"options\['video'\] is not an input of this env .*use Cosmos3RolloutV2V-v0"),
     ("Cosmos3Rollout-v0", {"image": np.zeros((32, 32, 3), dtype=np.uint8)}, "use Cosmos3RolloutI2V-v0"),
 ])
 def test_malformed_conditioning_is_named_and_changes_nothing(make_env, env_id, options, match):

@@ -22,8 +22,10 @@ def rejected(**overrides) -> str:
 def test_shipped_presets_are_valid_and_reward_names_match_the_rewards():
     from cosmos3_gym.rewards import REWARDS
 
-    assert [p.id for p in all_presets()] == ["Cosmos3RolloutI2V-v0", "Cosmos3RolloutT2I-v0", "Cosmos3Rollout-v0",
-                                             "Cosmos3RolloutV2V-v0"]  # file order
+    assert [p.id for p in all_presets()] == [  # file order
+        "Cosmos3ForwardDynamicsRollout-v0", "Cosmos3InverseDynamicsRollout-v0", "Cosmos3PolicyRollout-v0",
+        "Cosmos3RolloutAV-v0", "Cosmos3RolloutI2V-v0", "Cosmos3RolloutT2I-v0", "Cosmos3Rollout-v0",
+        "Cosmos3RolloutV2V-v0"]
     from cosmos3_gym.presets import REWARD_NAMES
 
     assert REWARD_NAMES == tuple(REWARDS)

@@ -129,7 +129,7 @@ def test_a_failing_autoreset_changes_nothing(monkeypatch):
     state = venv.get_state()
     model = venv.unwrapped.model
     original = model.tokenize
-    monkeypatch.setattr(model, "tokenize", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(model, "tokenize", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         venv.step(actions)
     assert same_state(state, venv.get_state())
