@@ -9,7 +9,7 @@ import torch
 from diffusers import Cosmos3OmniPipeline, FlowMatchEulerDiscreteScheduler
 from diffusers.models.transformers.transformer_cosmos3 import Cosmos3AttnProcessor
 
-from cosmos3_gym.engine import RolloutEngine
+from cosmos3_gym.engine import ActionTask, RolloutEngine
 from cosmos3_gym.schedule import serving_grid
 
 
@@ -18,9 +18,11 @@ def stock_pipeline(tiny_model):
     """The same weights behind diffusers' own pipeline and attention processor."""
     transformer = copy.deepcopy(tiny_model.transformer)
     transformer.set_attn_processor(Cosmos3AttnProcessor())
-    return Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tiny_model.tokenizer,
-                               vae=tiny_model.vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-                               enable_safety_checker=False)
+    pipeline = Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tiny_model.tokenizer,
+                                   vae=tiny_model.vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+                                   sound_tokenizer=tiny_model.sound_tokenizer, enable_safety_checker=False)
+    pipeline.set_progress_bar_config(disable=True)
+    return pipeline
 
 
 @pytest.mark.parametrize("num_frames,height,width", [(9, 32, 32), (1, 32, 48)])
@@ -98,3 +100,61 @@ def test_conditioned_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mod
     final = engine.episode(0).latent[None]
     assert (final - engine.episode(0).latents[0]).abs().max() > 0.1  # the rollout moved
     torch.testing.assert_close(final, expected.float(), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["policy", "forward_dynamics", "inverse_dynamics"])
+def test_action_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mode):
+    """Policy, forward and inverse dynamics: the canvas, the crop, the action caption, the action
+    tokens' positions, domain heads, clean tokens and padded channels follow the pipeline's
+    CosmosActionCondition runs token for token (CFG 4 on every stream)."""
+    from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import CosmosActionCondition
+
+    prompt, steps, guidance = "push the ball to the left", 4, 4.0
+    video = world_clip(3)
+    actions = np.random.default_rng(0).uniform(-1, 1, (8, 2)).astype(np.float32)
+    given = {"video": video} if mode == "inverse_dynamics" else {"image": video[0]}
+    engine = RolloutEngine(tiny_model, 1, num_frames=9, height=32, width=32, fps=24.0,
+                           grid=serving_grid(stock_pipeline.scheduler, steps), kind="ode", action=ActionTask(mode))
+    condition = tiny_model.encode_action_condition(
+        mode, 8, 256, actions=actions if mode == "forward_dynamics" else None, **given)
+    engine.reset_slots([0], [7], [prompt], ["blurry"], conditions=[condition], domains=["pusht"])
+    for _ in range(steps):
+        engine.step([0], torch.tensor([guidance]), torch.tensor([0.0]))
+
+    extra = {"raw_actions": torch.from_numpy(actions)} if mode == "forward_dynamics" else {}
+    given = {"video": list(video)} if mode == "inverse_dynamics" else given
+    expected = stock_pipeline(
+        prompt, negative_prompt="blurry", num_inference_steps=steps, guidance_scale=guidance,
+        action=CosmosActionCondition(mode=mode, chunk_size=8, domain_name="pusht", resolution_tier=256, **given,
+                                     **extra),
+        generator=torch.Generator().manual_seed(7), output_type="latent", enable_safety_check=False)
+    episode = engine.episode(0)
+    torch.testing.assert_close(episode.latent[None], expected.video.float(), rtol=0, atol=1e-5)
+    if mode == "inverse_dynamics":
+        assert torch.equal(episode.latent, episode.latents[0])  # the whole video is given
+    else:
+        assert (episode.latent - episode.latents[0]).abs().max() > 0.1
+    if mode == "forward_dynamics":
+        assert expected.action is None and torch.equal(episode.current("action")[:, :2], torch.from_numpy(actions))
+    else:
+        generated = torch.from_numpy(engine.actions([0])[0])
+        assert (generated - episode.action_latents[0, :, :2]).abs().max() > 0.1  # the actions moved
+        torch.testing.assert_close(generated, expected.action[0].float(), rtol=0, atol=1e-5)
+
+
+def test_sound_ode_rollout_equals_pipeline(tiny_model, stock_pipeline):
+    """Text-to-video with sound: video and sound latents denoised together, as enable_sound does."""
+    steps, guidance = 4, 4.0
+    engine = RolloutEngine(tiny_model, 1, num_frames=9, height=32, width=32, fps=24.0,
+                           grid=serving_grid(stock_pipeline.scheduler, steps), kind="ode", sound=True)
+    engine.reset_slots([0], [7], ["a red ball"], [""])
+    for _ in range(steps):
+        engine.step([0], torch.tensor([guidance]), torch.tensor([0.0]))
+    expected = stock_pipeline("a red ball", num_frames=9, height=32, width=32, enable_sound=True,
+                              num_inference_steps=steps, guidance_scale=guidance,
+                              generator=torch.Generator().manual_seed(7), output_type="latent",
+                              enable_safety_check=False)
+    episode = engine.episode(0)
+    torch.testing.assert_close(episode.latent[None], expected.video.float(), rtol=0, atol=1e-5)
+    assert (episode.current("sound") - episode.sound_latents[0]).abs().max() > 0.1
+    np.testing.assert_allclose(engine.waveforms([0])[0], expected.sound.float().numpy(), rtol=0, atol=1e-5)
