@@ -37,6 +37,11 @@ WAN22_VAE_CONFIG = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[
                         scale_factor_spatial=16, scale_factor_temporal=4,
                         latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
 PROMPT = "a red ball bounces to the right across a wooden floor"
+# `bench --mode`: what each mode runs. The action modes use the pipeline's CosmosActionCondition
+# (random action heads of ACTION_DIM channels, the pusht embodiment, the 480 tier's canvas).
+BENCH_MODES = {"t2v": "Cosmos3Rollout-v0", "policy": "Cosmos3PolicyRollout-v0",
+               "forward_dynamics": "Cosmos3ForwardDynamicsRollout-v0"}
+ACTION_DIM, DOMAIN, RAW_DIM, RESOLUTION_TIER = 64, "pusht", 2, 480
 
 
 def _sync(device):
@@ -54,9 +59,10 @@ def _timed(fn, device, repeats: int = 1) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def random_model(model: str, device="cuda", dtype=torch.bfloat16, compile: bool | None = None
-                     ) -> Cosmos3Model:
-    """A Cosmos 3 model at a real size with random weights (normal(0, 0.02), like HF init)."""
+def random_model(model: str, device="cuda", dtype=torch.bfloat16, compile: bool | None = None,
+                 action_gen: bool = False) -> Cosmos3Model:
+    """A Cosmos 3 model at a real size with random weights (normal(0, 0.02), like HF init);
+    ``action_gen`` adds action heads of :data:`ACTION_DIM` channels."""
     from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer, UniPCMultistepScheduler
 
     tokenizer = build_tiny_tokenizer()
@@ -65,7 +71,8 @@ def random_model(model: str, device="cuda", dtype=torch.bfloat16, compile: bool 
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            transformer = Cosmos3OmniTransformer(**MODEL_CONFIGS[model], **COMMON_CONFIG)
+            actions = dict(action_gen=True, action_dim=ACTION_DIM) if action_gen else {}
+            transformer = Cosmos3OmniTransformer(**MODEL_CONFIGS[model], **COMMON_CONFIG, **actions)
             vae = AutoencoderKLWan(**WAN22_VAE_CONFIG)
     finally:
         torch.set_default_dtype(previous)
@@ -135,20 +142,31 @@ def bench_cpu(num_envs: int, num_steps: int, episodes: int, env_id: str) -> None
     print(f"speedup_vs_sync_vector_env: {next(iter(speedups.values())):.2f}")
 
 
-def measure_pipeline(model: Cosmos3Model, request: dict, samples: int) -> tuple[float, float]:
+def measure_pipeline(model: Cosmos3Model, request: dict, samples: int, options: dict | None = None
+                     ) -> tuple[float, float]:
     """What users run today: diffusers' pipeline with its own attention processor, once per
-    sample. Returns (samples/s, seconds of its VAE encode of the empty conditioning video)."""
+    sample (for an action mode, sample ``i`` gets the env ``i``'s image and actions of ``options``).
+    Returns (samples/s, seconds of its VAE encode of the empty conditioning video)."""
     from diffusers.models.transformers.transformer_cosmos3 import Cosmos3AttnProcessor
+    from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import CosmosActionCondition
     from tqdm import tqdm
 
     device = model.device
     model.transformer.set_attn_processor(Cosmos3AttnProcessor())
     pipe = model.pipeline
     pipe.set_progress_bar_config(disable=True)
+    mode = request.get("mode", "t2v")
 
     def sample(i):
-        pipe(PROMPT, num_frames=request["num_frames"], height=request["height"], width=request["width"],
-             num_inference_steps=request["num_steps"], guidance_scale=request["guidance_scale"],
+        if mode == "t2v":
+            shape = dict(num_frames=request["num_frames"], height=request["height"], width=request["width"])
+        else:
+            actions = options.get("actions")
+            raw = {} if actions is None else {"raw_actions": torch.from_numpy(actions[i % len(actions)])}
+            shape = dict(action=CosmosActionCondition(
+                mode=mode, chunk_size=request["num_frames"] - 1, domain_name=DOMAIN,
+                resolution_tier=RESOLUTION_TIER, image=options["image"][i % len(options["image"])], **raw))
+        pipe(PROMPT, **shape, num_inference_steps=request["num_steps"], guidance_scale=request["guidance_scale"],
              generator=torch.Generator(device).manual_seed(i), output_type="latent", enable_safety_check=False)
 
     sample(0)
@@ -159,8 +177,9 @@ def measure_pipeline(model: Cosmos3Model, request: dict, samples: int) -> tuple[
     return samples / seconds, encode
 
 
-def measure_env(venv, episodes: int) -> tuple[float, list[float], list[list]]:
-    """Timed episodes of the vector env. Returns (samples/s, per-step seconds, trajectories per episode)."""
+def measure_env(venv, episodes: int, options: dict | None = None) -> tuple[float, list[float], list[list]]:
+    """Timed episodes of the vector env (each reset with ``options``, its conditioning encoded again).
+    Returns (samples/s, per-step seconds, trajectories per episode)."""
     from tqdm import tqdm
 
     device, n = venv.device, venv.num_envs
@@ -168,7 +187,8 @@ def measure_env(venv, episodes: int) -> tuple[float, list[float], list[list]]:
     step_times, trajectories = [], []
 
     def episode(seed):
-        venv.reset(seed=seed)
+        venv.unwrapped.model.forget_conditions()  # each episode pays its encodes, as the pipeline does
+        venv.reset(seed=seed, options=options)
         for _ in range(venv.engine.num_steps):
             _sync(device)
             start = time.perf_counter()
@@ -184,19 +204,21 @@ def measure_env(venv, episodes: int) -> tuple[float, list[float], list[list]]:
     return n * episodes / seconds, step_times, trajectories
 
 
-def measure_forward(engine, guidance: float) -> tuple[float, float, object]:
+def measure_forward(venv, guidance: float, options: dict | None = None) -> tuple[float, float, object]:
     """Mid-episode (text cached): the bare transformer forward over all rows, and the bare
     transition (forward + CFG + SDE, :meth:`RolloutEngine.prepare_step`, nothing installed).
     Returns (forward seconds, transition seconds, the packing)."""
+    engine = venv.unwrapped.engine
     n = engine.num_slots
     slots = list(range(n))
-    engine.reset_slots(slots, slots, [PROMPT] * n, [""] * n)
+    venv.reset(seed=0, options=options)
     guidance_t, level = torch.full((n,), guidance), torch.full((n,), 0.7)
     with torch.no_grad():  # as the env's step runs (compiled code is specialised on the grad mode)
         engine.step(slots, guidance_t, level)  # step 0 fills the text cache
     episodes = [engine.episode(s) for s in slots]
     packed = pack_cfg_rows(engine.model, [(e.cond_ids, e.uncond_ids, e.row) for e in episodes])
-    rows = {"video": [e.latent.unsqueeze(0) for e in episodes for _ in range(2)]}
+    rows = {name: [e.current(name).unsqueeze(0) if name == "video" else e.current(name)
+                   for e in episodes for _ in range(2)] for name in engine.streams}
     timesteps = [float(episodes[0].timesteps[1])] * 2 * n
     engine.model.velocity(packed, rows, timesteps)  # fills this packing's text cache
     forward = _timed(lambda: engine.model.velocity(packed, rows, timesteps), engine.device, 5)
@@ -222,45 +244,63 @@ def measure_replay(model: Cosmos3Model, episodes: list[list]) -> dict[str, np.nd
             np.concatenate(alone)}
 
 
+def mode_inputs(mode: str, num_envs: int, num_frames: int, height: int, width: int) -> dict:
+    """Reset options of a bench mode: one distinct random first frame (and action chunk) per env."""
+    if mode == "t2v":
+        return {}
+    rng = np.random.default_rng(0)
+    options = {"image": rng.integers(0, 256, (num_envs, height, width, 3), dtype=np.uint8), "prompt": PROMPT}
+    if mode == "forward_dynamics":
+        options["actions"] = rng.uniform(-1, 1, (num_envs, num_frames - 1, RAW_DIM)).astype(np.float32)
+    return options
+
+
 def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: int, num_steps: int,
-              guidance: float, pipeline_samples: int, episodes: int, device="cuda") -> None:
+              guidance: float, pipeline_samples: int, episodes: int, device="cuda", mode: str = "t2v") -> None:
     """Named measurements, in one process on one model, printed side by side (results on stdout,
-    progress bars on stderr)."""
+    progress bars on stderr). ``mode``: ``t2v`` or an action mode (:data:`BENCH_MODES`), where
+    every env conditions on its own frame (and actions), encoded at every reset as the pipeline
+    encodes it at every call."""
     from .vector_env import Cosmos3RolloutVectorEnv
 
     device = torch.device(device)
     on_gpu = device.type == "cuda"
     size = model
+    action = mode != "t2v"
     print(f"device {torch.cuda.get_device_name() if on_gpu else device}, torch {torch.__version__}, model {size} "
-          f"({MODEL_CONFIGS[size]}), request {num_frames}x{height}x{width}, {num_steps} steps, CFG {guidance}, "
-          f"{num_envs} envs")
+          f"({MODEL_CONFIGS[size]}), mode {mode}, request {num_frames}x{height}x{width}, {num_steps} steps, "
+          f"CFG {guidance}, {num_envs} envs" + (f", chunk {num_frames - 1} {DOMAIN} actions (action_dim "
+                                                 f"{ACTION_DIM}), tier {RESOLUTION_TIER}" if action else ""))
     peak = matmul_peak_tflops(device)
     print(f"matmul_peak_bf16: {peak:.0f} TFLOP/s (8192^3, measured now)")
     # Uncompiled until the pipeline has run: its baseline is the plain pipeline users run today.
-    model = random_model(size, device, torch.bfloat16 if on_gpu else torch.float32, compile=False)
+    model = random_model(size, device, torch.bfloat16 if on_gpu else torch.float32, compile=False,
+                         action_gen=action)
     request = dict(num_frames=num_frames, height=height, width=width, num_steps=num_steps, guidance_scale=guidance)
-    pipe_rate, encode = measure_pipeline(model, request, pipeline_samples)
+    options = mode_inputs(mode, num_envs, num_frames, height, width)
+    pipe_rate, encode = measure_pipeline(model, {**request, "mode": mode}, pipeline_samples, options)
     model.compile = model.attention == "flex"
     model.install_processors()
 
     # Ours: one engine, all envs in one forward per step; latent-only like the pipeline's output_type="latent".
-    venv = Cosmos3RolloutVectorEnv(num_envs, **request, reward="none", model=model, prompts=(PROMPT,),
-                                   array_type="torch")
+    extra = dict(resolution_tier=RESOLUTION_TIER, domain=DOMAIN) if action else {}
+    venv = Cosmos3RolloutVectorEnv(num_envs, BENCH_MODES[mode], **request, reward="none", model=model,
+                                   prompts=(PROMPT,), array_type="torch", **extra)
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
-    env_rate, step_times, trajectories = measure_env(venv, episodes)
+    env_rate, step_times, trajectories = measure_env(venv, episodes, options or None)
     peak_memory = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else float("nan")
-    forward, bare, packed = measure_forward(venv.engine, guidance)
+    forward, bare, packed = measure_forward(venv, guidance, options or None)
     flops = forward_flops(packed, model.transformer.config, text_cached=True)
     env_step = float(np.median(step_times))
     replay_errors = measure_replay(model, trajectories)
 
     tokens_per_row = (packed.und_len + sum(packed.gen_lengths)) / len(packed.rows)
-    print(f"tokens per sample (cond row): {len(packed.rows[0].input_ids)} text + {packed.gen_lengths[0]} vision; "
+    print(f"tokens per sample (cond row): {len(packed.rows[0].input_ids)} text + {packed.gen_lengths[0]} generated; "
           f"{len(packed.rows)} rows, {tokens_per_row:.0f} tokens per row incl. padding; attention "
           f"{model.attention}, compiled norms/MLPs {model.compile}")
     print(f"diffusers_pipeline: {pipe_rate:.3f} samples/s ({1 / pipe_rate:.3f} s per sample, of which "
-          f"{encode:.3f} s is its VAE encode of the empty conditioning video)")
+          f"{encode:.3f} s is its VAE encode of the {'conditioning' if action else 'empty conditioning'} video)")
     print(f"cosmos3_gym_vector_env: {env_rate:.3f} samples/s ({num_envs / env_rate:.3f} s per {num_envs} samples)")
     print(f"transformer_forward (text cached, vision tokens computed): {forward * 1e3:.1f} ms for "
           f"{len(packed.rows)} rows, {flops / 1e12:.1f} TFLOP, "

@@ -19,6 +19,8 @@ import numpy as np
 
 from . import preset_tables
 
+# The modes of `bench` (cosmos3_gym.bench.BENCH_MODES; spelled out here so that --help needs no torch).
+BENCH_MODES = ("t2v", "policy", "forward_dynamics")
 LOG_PROB_NOTE = ("log_prob depends only on the step's sampled noise and its scale (sigma, noise_level), not on "
                  "the predicted mean: at one seed it is the same for every prompt.")
 
@@ -146,8 +148,9 @@ def bench(args) -> int:
     if args.cpu:
         benchmarks.bench_cpu(args.num_envs, args.steps or 8, args.episodes, args.env)
     else:
-        benchmarks.bench_gpu(args.model, args.num_envs, args.height, args.width, args.frames, args.steps or 10,
-                             args.guidance, args.pipeline_samples, args.episodes)
+        frames = args.frames or (21 if args.mode == "t2v" else 17)
+        benchmarks.bench_gpu(args.model, args.num_envs, args.height, args.width, frames, args.steps or 10,
+                             args.guidance, args.pipeline_samples, args.episodes, mode=args.mode)
     return 0
 
 
@@ -300,7 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", type=_positive_int, default=16, help="envs stepped together (default: %(default)s)")
     p.add_argument("--height", type=_positive_int, default=480, help="GPU: pixels (default: %(default)s)")
     p.add_argument("--width", type=_positive_int, default=832, help="GPU: pixels (default: %(default)s)")
-    p.add_argument("--frames", type=_positive_int, default=21, help="GPU: video frames (default: %(default)s)")
+    p.add_argument("--frames", type=_positive_int, default=None, help="GPU: video frames (default 21; 17 in an "
+                   "action mode: a chunk of 16 actions)")
+    p.add_argument("--mode", choices=BENCH_MODES, default="t2v", help="GPU: text-to-video, or an action rollout "
+                   "(each env conditioned on its own frame, and actions) against the pipeline's "
+                   "CosmosActionCondition (default: %(default)s)")
     p.add_argument("--steps", type=_positive_int, default=None, help="denoising steps (default 10 on GPU, 8 with "
                    "--cpu)")
     p.add_argument("--guidance", type=float, default=6.0, help="GPU: guidance scale (default: %(default)s)")

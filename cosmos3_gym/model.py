@@ -301,6 +301,10 @@ class Cosmos3Model:
             self._conditions.popitem(last=False)
         return condition
 
+    def forget_conditions(self) -> None:
+        """Drop the remembered encodes (benchmarks that must pay every encode, memory)."""
+        self._conditions.clear()
+
     def encode_condition(self, num_frames: int, height: int, width: int, image: np.ndarray | None = None,
                          video: np.ndarray | None = None) -> Condition:
         """:meth:`_encode_condition`, remembered for repeated inputs."""
