@@ -130,7 +130,7 @@ def check_checkpoint(path: str | Path) -> Path:
 @dataclass(frozen=True)
 class Condition:
     """Clean conditioning of one request: the encoded video ``latent`` ``[C, T, H, W]`` (fp32) and
-    the latent frames of it that stay clean (the rest is generated); for an action request also
+    the latent frames of it that stay clean (the rest is generated, and zero here); for an action request also
     ``action`` ``[chunk, action_dim]`` (the given actions, zero-padded, or zeros) and the action
     tokens of it that stay clean."""
 
@@ -320,26 +320,41 @@ class Cosmos3Model:
     def _encode_condition(self, num_frames: int, height: int, width: int, image: np.ndarray | None = None,
                           video: np.ndarray | None = None) -> Condition:
         """The clean frames of an image-to-video (``image`` uint8 ``[H, W, 3]``) or video-to-video
-        (``video`` uint8 ``[F, H, W, 3]``, ``F = 1 + 4k`` frames) request, built exactly as
-        ``Cosmos3OmniPipeline.prepare_latents`` builds them: the given frames first, the last one
-        repeated to ``num_frames``, the whole clip encoded by the VAE. Latent frame ``j`` is clean
-        when all the pixel frames it encodes are given: frame 0 for an image, frames
-        ``0 .. (F - 1) // 4`` for a video (the pipeline's ``condition_frame_indexes_vision``)."""
+        (``video`` uint8 ``[F, H, W, 3]``, ``F = 1 + 4k`` frames) request, as
+        ``Cosmos3OmniPipeline.prepare_latents`` builds them. Latent frame ``j`` is clean when all
+        the pixel frames it encodes are given: frame 0 for an image, frames ``0 .. (F - 1) // 4``
+        for a video (the pipeline's ``condition_frame_indexes_vision``). The pipeline encodes the
+        given frames padded to ``num_frames`` and keeps only those latent frames: see
+        :meth:`_encode_leading`."""
         from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _preprocess_conditioning_image
 
         pipe, dtype = self.pipeline, self.vae.dtype
-        clip = torch.zeros(1, 3, num_frames, height, width, dtype=dtype, device=self.device)
         if image is not None:
             frames = _preprocess_conditioning_image(image, height=height, width=width).to(self.device, dtype)
-            frames, clean = frames.unsqueeze(2), (0,)
+            frames = frames.unsqueeze(2)
         else:
             frames = pipe.video_processor.preprocess_video(video, height=height, width=width).to(self.device, dtype)
-            clean = tuple(range((len(video) - 1) // self.temporal_compression + 1))
-        given = min(frames.shape[2], num_frames)
-        clip[:, :, :given] = frames[:, :, :given]
-        clip[:, :, given:] = clip[:, :, given - 1 : given]
-        latent = pipe._encode_video(clip).float()[0]
+        latent, clean = self._encode_leading(frames, num_frames)
         return Condition(latent=latent, clean_frames=clean)
+
+    def _encode_leading(self, frames: torch.Tensor, num_frames: int, size: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """The latent ``[C, T, H, W]`` of a clip whose first ``F = frames.shape[2]`` frames are given,
+        and its clean latent frames ``0 .. (F - 1) // 4``; the other latent frames are zero (they are
+        generated: ``m * x0 + (1 - m) * noise`` never reads them). The VAE is causal in time (its
+        first chunk is the first frame alone, then chunks of 4 with a cache of the past), so these
+        latent frames are bit for bit those of the whole padded clip the pipeline encodes, at a
+        fraction of the cost. ``size``: an action canvas's, whose padding is cropped off after."""
+        pipe = self.pipeline
+        latent = pipe._encode_video(frames).float()
+        if size is not None:
+            latent = pipe._remove_action_video_padding_from_latent(latent, size)
+        latent = latent[0]
+        clean = tuple(range(latent.shape[1]))
+        total = (num_frames - 1) // self.temporal_compression + 1
+        padded = latent.new_zeros((latent.shape[0], total, *latent.shape[2:]))
+        padded[:, : len(clean)] = latent[:, :total]
+        return padded, clean[:total]
 
     @staticmethod
     def action_canvas(height: int, width: int, resolution_tier: int) -> tuple[int, int]:
@@ -360,19 +375,20 @@ class Cosmos3Model:
         """The clean part of an action request, built exactly as ``Cosmos3OmniPipeline.prepare_latents``
         builds it for ``CosmosActionCondition(mode=...)``: the frame (``image`` uint8 ``[H, W, 3]``) or
         the ``chunk + 1`` frames (``video``) padded into the tier's canvas, encoded, and the latent
-        cropped back to the content; latent frame 0 clean (``policy``, ``forward_dynamics``) or all of
-        them (``inverse_dynamics``); the ``chunk`` given ``actions`` ``[chunk, raw_dim]``, zero-padded
-        to the model's ``action_dim``, clean (``forward_dynamics``) or all action tokens generated."""
+        cropped back to the content; latent frame 0 clean (``policy``, ``forward_dynamics``: only the
+        first frame is encoded, see :meth:`_encode_leading`) or all of them (``inverse_dynamics``);
+        the ``chunk`` given ``actions`` ``[chunk, raw_dim]``, zero-padded to the model's
+        ``action_dim``, clean (``forward_dynamics``) or all action tokens generated."""
         pipe = self.pipeline
         clip = [image] if image is not None else list(video)
         frames, size, _, _ = pipe._prepare_action_video_conditioning(clip, resolution_tier, chunk + 1,
                                                                      device=self.device, dtype=self.vae.dtype)
-        latent = pipe._remove_action_video_padding_from_latent(pipe._encode_video(frames).float(), size)[0]
+        given = frames.shape[2] if mode == "inverse_dynamics" else 1
+        latent, clean = self._encode_leading(frames[:, :, :given], chunk + 1, size)
         action = torch.zeros((chunk, int(self.transformer.config.action_dim)), device=self.device)
         if mode == "forward_dynamics":
             given = torch.as_tensor(np.asarray(actions), dtype=torch.float32, device=self.device)
             action[:, : given.shape[1]] = given
-        clean = tuple(range(latent.shape[1])) if mode == "inverse_dynamics" else (0,)
         return Condition(latent=latent, clean_frames=clean, action=action,
                          clean_actions=tuple(range(chunk)) if mode == "forward_dynamics" else ())
 

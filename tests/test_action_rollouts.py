@@ -221,6 +221,34 @@ def test_malformed_inputs_are_named_and_change_nothing(make, mode, options, matc
     env.step(env.unwrapped.default_action)  # still usable
 
 
+@pytest.mark.parametrize("mode", ["image", "video", "policy", "inverse_dynamics"])
+def test_leading_frames_encode_as_in_the_whole_padded_clip(tiny_model, mode):
+    """Only the given frames are encoded (the VAE is causal in time); the clean latent frames are
+    bit for bit those of the whole clip that Cosmos3OmniPipeline pads and encodes."""
+    pipe, video = tiny_model.pipeline, clip(6)
+    if mode in ("image", "video"):
+        given = video[:1] if mode == "image" else video[:5]
+        condition = tiny_model.encode_condition(9, 32, 32, **({"image": given[0]} if mode == "image" else
+                                                              {"video": given}))
+        if mode == "image":
+            from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _preprocess_conditioning_image
+
+            whole = _preprocess_conditioning_image(given[0], height=32, width=32).unsqueeze(2)
+        else:
+            whole = pipe.video_processor.preprocess_video(given, height=32, width=32)
+        whole = torch.cat([whole, whole[:, :, -1:].expand(-1, -1, 9 - len(given), -1, -1)], dim=2)
+        reference = pipe._encode_video(whole).float()[0]
+    else:
+        condition = encoded(tiny_model, mode, {"image": video[0]} if mode == "policy" else {"video": video})
+        frames, size, _, _ = pipe._prepare_action_video_conditioning(
+            [video[0]] if mode == "policy" else list(video), 256, 9, device="cpu", dtype=torch.float32)
+        reference = pipe._remove_action_video_padding_from_latent(pipe._encode_video(frames).float(), size)[0]
+    clean = list(condition.clean_frames)
+    assert clean == {"image": [0], "video": [0, 1], "policy": [0], "inverse_dynamics": [0, 1, 2]}[mode]
+    assert torch.equal(condition.latent[:, clean], reference[:, clean])
+    assert reference[:, clean].abs().max() > 0.1
+
+
 def test_sound_and_action_presets_refuse_a_model_without_those_heads(tiny_model):
     import copy
 
