@@ -102,6 +102,9 @@ def test_conditioned_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mod
     torch.testing.assert_close(final, expected.float(), rtol=0, atol=1e-5)
 
 
+ACTION_ATOL = 5e-5
+
+
 @pytest.mark.parametrize("mode", ["policy", "forward_dynamics", "inverse_dynamics"])
 def test_action_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mode):
     """Policy, forward and inverse dynamics: the canvas, the crop, the action caption, the action
@@ -129,7 +132,10 @@ def test_action_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mode):
                                      **extra),
         generator=torch.Generator().manual_seed(7), output_type="latent", enable_safety_check=False)
     episode = engine.episode(0)
-    torch.testing.assert_close(episode.latent[None], expected.video.float(), rtol=0, atol=1e-5)
+    # Exact (0.0) on the x86 CI machine. Our forward packs the conditional and unconditional rows
+    # together; CPU GEMM kernels that block by row count may round differently elsewhere (2e-5 seen
+    # on an H200 host's CPU for the policy mode, after 4 steps of CFG 4), so 5e-5 is the bound.
+    torch.testing.assert_close(episode.latent[None], expected.video.float(), rtol=0, atol=ACTION_ATOL)
     if mode == "inverse_dynamics":
         assert torch.equal(episode.latent, episode.latents[0])  # the whole video is given
     else:
@@ -139,7 +145,7 @@ def test_action_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mode):
     else:
         generated = torch.from_numpy(engine.actions([0])[0])
         assert (generated - episode.action_latents[0, :, :2]).abs().max() > 0.1  # the actions moved
-        torch.testing.assert_close(generated, expected.action[0].float(), rtol=0, atol=1e-5)
+        torch.testing.assert_close(generated, expected.action[0].float(), rtol=0, atol=ACTION_ATOL)
 
 
 def test_sound_ode_rollout_equals_pipeline(tiny_model, stock_pipeline):

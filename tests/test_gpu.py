@@ -32,3 +32,20 @@ def test_bf16_batched_replay_is_exact_on_the_gpu():
     trajectories = list(info["trajectory"])
     rollout = torch.stack([t.log_probs for t in trajectories]).cuda()
     assert torch.equal(venv.engine.replay_log_probs(trajectories), rollout)
+
+
+def test_leading_frames_encode_alone_on_the_wan22_vae():
+    """On the GPU, in bf16, at a real VAE's size: the first frame encoded alone gives the clean
+    latent frame of the whole padded clip that Cosmos3OmniPipeline encodes, bit for bit."""
+    import numpy as np
+
+    model = random_model("edge", "cuda", torch.bfloat16, compile=False)
+    image = np.random.default_rng(0).integers(0, 256, (480, 832, 3), dtype=np.uint8)
+    condition = model.encode_condition(17, 480, 832, image=image)
+    from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _preprocess_conditioning_image
+
+    frame = _preprocess_conditioning_image(image, height=480, width=832).to("cuda", torch.bfloat16)
+    whole = frame.unsqueeze(2).expand(-1, -1, 17, -1, -1).contiguous()
+    reference = model.pipeline._encode_video(whole).float()[0]
+    assert condition.clean_frames == (0,)
+    assert torch.equal(condition.latent[:, 0], reference[:, 0])
