@@ -35,7 +35,8 @@ class Cosmos3RolloutEnv(gym.Env):
     the preset's values.
 
     ``action_mode="noise"``: ``Box(-inf, inf, latent shape, float32)`` = the standard-normal
-    noise of this step, for noise-space policies; ``action_space.sample()`` is exactly the
+    noise of this step, for noise-space policies (with a sound or action stream, a ``Dict`` of
+    such Boxes under the observation's keys); ``action_space.sample()`` is exactly the
     stock sampler. Guidance and noise level are the preset's. This mode is for custom
     trainers: SB3's algorithms expect bounded action spaces.
 
@@ -46,7 +47,9 @@ class Cosmos3RolloutEnv(gym.Env):
 
     ``Dict``: ``latent`` float32 ``(C, T, H, W)``, the current noisy latent; ``sigma``
     float32 ``(1,)``; ``step`` int64 ``Box(0, N, (1,))``, the number of steps taken (a Box, so
-    that SB3's ``VecNormalize`` and ``VecFrameStack`` take the observation as it is).
+    that SB3's ``VecNormalize`` and ``VecFrameStack`` take the observation as it is). Action
+    rollouts add ``action_latent`` float32 ``(chunk, action_dim)``; ``Cosmos3RolloutAV-v0`` adds
+    ``sound_latent`` float32 ``(C, T)``.
 
     ## Rewards
 
@@ -67,6 +70,16 @@ class Cosmos3RolloutEnv(gym.Env):
     covers the generated elements only. Without the option a scene of :mod:`cosmos3_gym.world`
     is drawn and its caption is the default prompt.
 
+    Action rollouts (``Cosmos3OmniPipeline``'s ``CosmosActionCondition``; ``chunk = num_frames - 1``):
+    ``Cosmos3PolicyRollout-v0`` takes ``image`` (and ``prompt``) and denoises the future frames
+    with the action chunk; ``Cosmos3ForwardDynamicsRollout-v0`` takes ``image`` and ``actions``
+    (float32 ``[chunk, raw_dim]``; drawn uniform in [-1, 1] when omitted), kept clean, and denoises
+    the frames; ``Cosmos3InverseDynamicsRollout-v0`` takes ``video`` (uint8 ``[chunk + 1, H, W,
+    3]``), kept clean, and denoises the actions. ``domain`` (preset field or option, per env)
+    names the embodiment; action channels above its raw dimension stay zero and are not scored.
+    The frames are padded into ``resolution_tier``'s canvas for conditioning, as the pipeline
+    does. ``Cosmos3RolloutAV-v0`` denoises a sound latent with the video.
+
     ## Episode End
 
     Terminated after step ``N``; never truncated. A latent that turns NaN/Inf ends the
@@ -78,9 +91,11 @@ class Cosmos3RolloutEnv(gym.Env):
     ``log_prob_sum`` (the exact log-density), ``deterministic`` (True for ``kind="ode"`` or
     ``noise_level=0``: a point mass, reported with log-prob 0), ``sigma``, ``sigma_next``,
     ``timestep``, ``guidance_scale``, ``noise_level``, ``weights_version`` (the model's; envs
-    sharing a model agree). Last step also: ``trajectory``
-    (:class:`cosmos3_gym.trajectory.Trajectory`) and, unless ``reward="none"``, ``frames``
-    (uint8 ``[F, H, W, 3]``).
+    sharing a model agree), and per stream ``log_prob_sum_video`` (and ``log_prob_sum_action``
+    / ``log_prob_sum_sound``), which add up to ``log_prob_sum``. Last step also: ``trajectory``
+    (:class:`cosmos3_gym.trajectory.Trajectory`), unless ``reward="none"`` ``frames``
+    (uint8 ``[F, H, W, 3]``), for action rollouts ``actions`` (float32 ``[chunk, raw_dim]``, the
+    embodiment's units) and with sound ``waveform`` (float32 ``[channels, samples]``).
 
     ## Arguments
 
@@ -104,7 +119,8 @@ class Cosmos3RolloutEnv(gym.Env):
 
     ## Version History
 
-    * v0: initial release (text-to-video, text-to-image, image- and video-to-video presets).
+    * v0: initial release (text-to-video, text-to-image, image- and video-to-video presets;
+      policy, forward- and inverse-dynamics rollouts; text-to-video with sound).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}

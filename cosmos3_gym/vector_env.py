@@ -60,7 +60,9 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
     ``image`` (uint8 ``[H, W, 3]``, or one per env / per group) or ``video`` (uint8
     ``[F, H, W, 3]``, ``F = 1 + 4k``): those frames stay clean, the rest is generated. Without
     it, each group gets a scene of :mod:`cosmos3_gym.world` (its first frame, or its first
-    ``condition_frames`` frames) and, unless a prompt is given, the scene's caption. ``group_size=g`` makes consecutive groups of ``g`` envs share a prompt
+    ``condition_frames`` frames) and, unless a prompt is given, the scene's caption. Action
+    rollouts take ``image`` / ``video`` / ``actions`` and ``domain`` likewise (see
+    :class:`~cosmos3_gym.env.Cosmos3RolloutEnv`). ``group_size=g`` makes consecutive groups of ``g`` envs share a prompt
     with distinct seeds (GRPO groups). :meth:`fork` branches one env's state into others.
 
     Autoreset: ``autoreset_mode`` (``metadata["autoreset_mode"]``) is ``NEXT_STEP``

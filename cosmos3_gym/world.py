@@ -94,7 +94,8 @@ def render(scene: Scene, num_frames: int = 9, size: int = 32) -> np.ndarray:
     for t in range(num_frames):
         progress = scene.speed * t
         if scene.verb.startswith("falls"):
-            progress = scene.speed * (num_frames - 1) * (t / (num_frames - 1)) ** 1.5
+            # accelerating; a one-frame render is frame 0, at rest
+            progress = scene.speed * (num_frames - 1) * (t / (num_frames - 1)) ** 1.5 if num_frames > 1 else 0.0
         cx, cy = scene.start[0] + dx * progress, scene.start[1] + dy * progress
         if scene.verb.startswith("bounces"):
             cy = min(cy, size - half - 1.0) - 3.0 * abs(np.sin(np.pi * t / 4.0))

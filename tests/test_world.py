@@ -65,3 +65,13 @@ def test_position_adherence():
     top, bottom = REWARDS["position_adherence"](video, ["a red square at the top"]), \
         REWARDS["position_adherence"](video, ["a red square at the bottom"])
     assert top[0] > 0.9 and bottom[0] < top[0] - 0.4
+
+
+def test_a_one_frame_render_is_the_first_frame_of_the_video():
+    import numpy as np
+
+    from cosmos3_gym.world import render, sample_scene
+
+    for seed in range(20):  # every verb, "falls" included
+        scene = sample_scene(np.random.default_rng(seed))
+        np.testing.assert_array_equal(render(scene, num_frames=1)[0], render(scene)[0])
