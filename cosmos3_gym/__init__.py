@@ -55,6 +55,20 @@ def _register_presets() -> list[str]:
 ENV_IDS = _register_presets()
 
 
+def _register_worlds() -> list[str]:
+    """The world as an environment: the ground truth and Cosmos 3 imagining it (same spaces)."""
+    worlds = {"ProceduralWorld-v0": ("ProceduralWorldEnv", None),
+              "Cosmos3World-v0": ("Cosmos3WorldEnv", "Cosmos3WorldVectorEnv")}
+    for env_id, (entry, vector) in worlds.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=f"cosmos3_gym.world_env:{entry}",
+                         vector_entry_point=vector and f"cosmos3_gym.world_env:{vector}", disable_env_checker=True)
+    return list(worlds)
+
+
+WORLD_ENV_IDS = _register_worlds()
+
+
 def __getattr__(name: str):
     """Import a public class or function on first use: torch loads only when it is needed."""
     if name in _LAZY:
@@ -69,6 +83,6 @@ def __dir__():
 
 
 __all__ = [
-    "ENV_IDS", "Cosmos3Model", "Cosmos3RolloutEnv", "Preset", "RolloutEngine", "SDEStep", "Trajectory",
+    "ENV_IDS", "WORLD_ENV_IDS", "Cosmos3Model", "Cosmos3RolloutEnv", "Preset", "RolloutEngine", "SDEStep", "Trajectory",
     "__version__", "load_preset", "replay_log_probs", "sde_step",
 ]

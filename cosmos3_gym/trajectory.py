@@ -89,6 +89,16 @@ class Trajectory:
     def __post_init__(self):
         self.validate()
 
+    def __eq__(self, other) -> bool:
+        """Equal fields: tensors element for element (``torch.equal``), the rest by value."""
+        if not isinstance(other, Trajectory):
+            return NotImplemented
+        for name in TENSOR_FIELDS + OPTIONAL_TENSOR_FIELDS:
+            a, b = getattr(self, name), getattr(other, name)
+            if (a is None) != (b is None) or (a is not None and not torch.equal(a, b)):
+                return False
+        return self.metadata() == other.metadata()
+
     @property
     def num_steps(self) -> int:
         return self.log_probs.numel()

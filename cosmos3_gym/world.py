@@ -3,6 +3,10 @@
 The embedded tiny Cosmos 3 is trained on these videos, so that its generations are things
 a person (and :func:`detect`) can recognise: "a small red ball slides to the right".
 Everything is deterministic given a seed; nothing is downloaded.
+
+An agent can drive the same objects (:class:`PushTask`, :func:`push`): one 2-D velocity command
+per frame, walls at the borders, and a task stated in a prompt, "move the red ball to the top
+left"; :func:`task_reward` scores a chunk of frames read back with :func:`detect`.
 """
 
 from __future__ import annotations
@@ -110,6 +114,89 @@ def dataset(seed: int, count: int, num_frames: int = 9, size: int = 32) -> tuple
     rng = np.random.default_rng(seed)
     scenes = [sample_scene(rng, num_frames, size) for _ in range(count)]
     return np.stack([render(s, num_frames, size) for s in scenes]), scenes
+
+
+# --- an agent drives the object ---------------------------------------------------------
+MAX_SPEED = 2.0  # pixels per frame at a command of magnitude 1 along an axis
+GOALS = {"top left": (0.25, 0.25), "top right": (0.75, 0.25), "bottom left": (0.25, 0.75),
+         "bottom right": (0.75, 0.75)}  # goal centres as fractions of width and height
+SUCCESS_RADIUS = 0.15  # success: the object's centre within this fraction of the width of the goal
+SUCCESS_BONUS = 1.0
+
+
+@dataclass(frozen=True)
+class PushTask:
+    """One episode of the action world: the object, where it starts and where it must go."""
+
+    color: str
+    shape: str
+    size: str
+    goal: str  # a key of GOALS
+    start: tuple[float, float]  # centre (x, y) in pixels
+
+    @property
+    def prompt(self) -> str:
+        return f"move the {self.size} {self.color} {self.shape} to the {self.goal}"
+
+
+def sample_task(rng: np.random.Generator, size: int = 32) -> PushTask:
+    """A random object, anywhere but already in its goal, and a goal corner."""
+    scale = str(rng.choice(list(SIZES)))
+    goal = str(rng.choice(list(GOALS)))
+    half = SIZES[scale]
+    while True:
+        start = (float(rng.uniform(half + 1.0, size - half - 1.0)), float(rng.uniform(half + 1.0, size - half - 1.0)))
+        if goal_distance(start, goal, size) > 2 * SUCCESS_RADIUS:
+            break
+    return PushTask(color=str(rng.choice(list(COLORS))), shape=str(rng.choice(SHAPES)), size=scale, goal=goal,
+                    start=start)
+
+
+def goal_distance(position: tuple[float, float], goal: str, size: int = 32) -> float:
+    """Distance from a centre (pixels) to the goal's centre, as a fraction of the width."""
+    gx, gy = GOALS[goal]
+    return float(np.hypot(position[0] / size - gx, position[1] / size - gy))
+
+
+def push(task: PushTask, position: tuple[float, float], actions: np.ndarray, size: int = 32) -> np.ndarray:
+    """The object's centres ``[chunk, 2]`` after each command of ``actions`` ``[chunk, 2]`` (each
+    clipped to [-1, 1], times :data:`MAX_SPEED` pixels per frame), stopped by the walls."""
+    half = SIZES[task.size]
+    low, high = half + 0.5, size - half - 0.5
+    x, y = position
+    centres = []
+    for dx, dy in np.clip(np.asarray(actions, dtype=np.float64), -1.0, 1.0):
+        x = float(np.clip(x + MAX_SPEED * dx, low, high))
+        y = float(np.clip(y + MAX_SPEED * dy, low, high))
+        centres.append((x, y))
+    return np.array(centres)
+
+
+def draw(task: PushTask, position: tuple[float, float], size: int = 32) -> np.ndarray:
+    """uint8 ``[size, size, 3]``: the task's object centred at ``position``."""
+    frame = np.empty((size, size, 3), dtype=np.uint8)
+    frame[:] = BACKGROUND
+    frame[_mask(task.shape, position[0], position[1], SIZES[task.size], size)] = COLORS[task.color]
+    return frame
+
+
+def task_reward(before: np.ndarray, frames: np.ndarray, goal: str) -> tuple[float, bool]:
+    """``(reward, success)`` of a chunk: the progress toward ``goal`` (the drop in the detected
+    object's distance to it, as a fraction of the width, from frame ``before`` to the chunk's
+    last frame) plus :data:`SUCCESS_BONUS` when the last frame has it within
+    :data:`SUCCESS_RADIUS`. An object the detector cannot find counts as maximally far."""
+    far = float(np.hypot(1.0, 1.0))
+
+    def distance(frame):
+        found = detect(frame[None])
+        if found.color is None:
+            return far
+        gx, gy = GOALS[goal]
+        return float(np.hypot(found.position[0] - gx, found.position[1] - gy))
+
+    after = distance(frames[-1])
+    success = after <= SUCCESS_RADIUS
+    return distance(before) - after + (SUCCESS_BONUS if success else 0.0), bool(success)
 
 
 # --- reading videos back -------------------------------------------------------------

@@ -1,0 +1,135 @@
+"""The world as an environment: ProceduralWorld-v0 (ground truth) and Cosmos3World-v0 (imagined)."""
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+from cosmos3_gym.transition import replay_log_probs
+from cosmos3_gym.world import GOALS, MAX_SPEED, SIZES, SUCCESS_BONUS, PushTask, draw, push, task_reward
+
+LEFT_DOWN = np.tile([[-1.0, 1.0]], (8, 1)).astype(np.float32)
+
+
+@pytest.fixture
+def world(tiny_model):
+    def make(num_envs=None, **kwargs):
+        kwargs.setdefault("num_steps", 2)
+        if num_envs is None:
+            return gym.make("Cosmos3World-v0", model=tiny_model, **kwargs)
+        return gym.make_vec("Cosmos3World-v0", num_envs=num_envs, vectorization_mode="vector_entry_point",
+                            model=tiny_model, **kwargs)
+    return make
+
+
+def test_both_worlds_have_the_same_spaces_and_first_frames(world):
+    truth, dream = gym.make("ProceduralWorld-v0"), world()
+    assert truth.observation_space == dream.observation_space
+    assert truth.action_space == dream.action_space
+    for seed in (0, 7):
+        (a, info_a), (b, info_b) = truth.reset(seed=seed), dream.reset(seed=seed)
+        np.testing.assert_array_equal(a, b)
+        assert info_a["prompt"] == info_b["prompt"]
+
+
+def test_the_ground_truth_is_deterministic_and_stops_at_walls():
+    runs = []
+    for _ in range(2):
+        env = gym.make("ProceduralWorld-v0")
+        frames = [env.reset(seed=11)[0]]
+        for _ in range(3):
+            obs, reward, *_ = env.step(LEFT_DOWN)
+            frames.append(obs)
+        runs.append((np.stack(frames), reward))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    task = PushTask("red", "ball", "small", "top left", (10.0, 10.0))
+    centres = push(task, task.start, np.tile([[1.0, -0.5]], (20, 1)))
+    half = SIZES["small"]
+    assert centres[0].tolist() == [10.0 + MAX_SPEED, 10.0 - MAX_SPEED / 2]
+    assert centres[-1].tolist() == [32 - half - 0.5, half + 0.5]  # pinned in the top right corner
+
+
+def test_reward_on_hand_built_scenes():
+    task = PushTask("green", "square", "big", "top left", (20.5, 20.5))
+    before = draw(task, task.start)
+    after = (12.5, 12.5)
+    frames = np.stack([draw(task, after)])
+    reward, success = task_reward(before, frames, "top left")
+    gx, gy = (g * 32 for g in GOALS["top left"])
+    expected = (np.hypot(20.5 - gx, 20.5 - gy) - np.hypot(12.5 - gx, 12.5 - gy)) / 32
+    assert reward == pytest.approx(expected, abs=0.5 / 32) and not success  # the detector's centroid
+    reward, success = task_reward(before, np.stack([draw(task, (gx, gy))]), "top left")
+    assert success and reward == pytest.approx(np.hypot(20.5 - gx, 20.5 - gy) / 32 + SUCCESS_BONUS, abs=0.5 / 32)
+    empty = np.zeros_like(before)  # nothing detected: maximally far
+    assert task_reward(empty, frames, "top left")[0] > 1.0
+
+
+def test_the_ground_truth_ends_episodes():
+    env = gym.make("ProceduralWorld-v0", horizon=2)
+    obs, info = env.reset(seed=3)
+    task = env.unwrapped.task
+    gx, gy = (g * 32 for g in GOALS[task.goal])
+    toward = np.clip([(gx - task.start[0]) / 16, (gy - task.start[1]) / 16], -1, 1)
+    *_, terminated, truncated, info = env.step(np.tile(toward, (8, 1)).astype(np.float32))
+    assert terminated and info["success"] and not truncated
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(LEFT_DOWN)
+    env.reset(seed=3)
+    env.step(-LEFT_DOWN * 0)
+    assert env.step(-LEFT_DOWN * 0)[3]  # truncated at the horizon
+
+
+@pytest.mark.parametrize("env_id", ["ProceduralWorld-v0", "Cosmos3World-v0"])
+def test_checkers_pass(env_id, tiny_model):
+    kwargs = {"model": tiny_model, "num_steps": 2} if env_id == "Cosmos3World-v0" else {}
+    env = gym.make(env_id, render_mode="rgb_array", **kwargs)
+    gym_check_env(env.unwrapped)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SB3: "image smaller than 36x36" for its CNN; MlpPolicy is fine
+        sb3_check_env(env.unwrapped, warn=True)
+
+
+def test_vector_env_i_equals_the_single_env_with_seed_s_plus_i(world):
+    venv = world(num_envs=3)
+    obs, _ = venv.reset(seed=40)
+    actions = np.stack([LEFT_DOWN, -LEFT_DOWN, LEFT_DOWN * 0.5])
+    obs, rewards, _, _, infos = venv.step(actions)
+    for i in range(3):
+        env = world()
+        env.reset(seed=40 + i)
+        single, reward, _, _, info = env.step(actions[i])
+        torch.testing.assert_close(info["trajectory"].latents, infos["trajectory"][i].latents, rtol=0, atol=1e-5)
+        assert np.abs(single.astype(int) - obs[i].astype(int)).max() <= 1
+        assert reward == pytest.approx(rewards[i], abs=0.05)
+
+
+def test_the_inner_trajectory_replays_and_a_bad_action_changes_nothing(world, tiny_model):
+    env = world()
+    env.reset(seed=2)
+    obs, _, _, _, info = env.step(LEFT_DOWN)
+    trajectory = info["trajectory"]
+    assert trajectory.action_mode == "forward_dynamics" and info["frames"].shape == (8, 32, 32, 3)
+    np.testing.assert_array_equal(obs, info["frames"][-1])  # the last imagined frame is the observation
+    np.testing.assert_array_equal(trajectory.action_latents[0][:, :2].numpy(), LEFT_DOWN)
+    ratio = torch.exp(replay_log_probs(tiny_model, trajectory) - trajectory.log_probs)
+    assert (ratio - 1).abs().max() < 1e-6
+    assert info["log_prob_sum"] == pytest.approx(float(trajectory.log_prob_sums.sum()), rel=1e-6)
+    before = env.unwrapped.vector.frames.copy(), env.unwrapped.vector.t.copy()
+    with pytest.raises(ValueError, match="outside the action space bounds"):
+        env.step(LEFT_DOWN * 2)
+    np.testing.assert_array_equal(env.unwrapped.vector.frames, before[0])
+    np.testing.assert_array_equal(env.unwrapped.vector.t, before[1])
+
+
+def test_record_video_works(world, tmp_path):
+    env = gym.wrappers.RecordVideo(world(render_mode="rgb_array"), str(tmp_path), episode_trigger=lambda e: True,
+                                   disable_logger=True)
+    env.reset(seed=0)
+    for _ in range(2):
+        env.step(LEFT_DOWN)
+    env.close()
+    assert list(tmp_path.glob("*.mp4"))
