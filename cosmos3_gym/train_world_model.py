@@ -2,6 +2,7 @@
 
     python -m cosmos3_gym.train_world_model --device cuda            # the shipped weights (H200, minutes)
     python -m cosmos3_gym.train_world_model --device cpu --vae-steps 100 --steps 200 --out /tmp/tiny
+    python -m cosmos3_gym.train_world_model --init-from cosmos3_gym/assets/cosmos3-tiny --vae-steps 0 ...
 
 Stage 1 fits the tiny ``AutoencoderKLWan`` (reconstruction + a small KL term) and sets its
 ``latents_mean``/``latents_std`` from the data. Stage 2 fits the tiny
@@ -9,8 +10,12 @@ Stage 1 fits the tiny ``AutoencoderKLWan`` (reconstruction + a small KL term) an
 ``Cosmos3OmniPipeline`` samples with: ``x_sigma = (1 - sigma) x0 + sigma noise``, target
 velocity ``noise - x0``, model time ``1000 sigma``, prompts through the pipeline's own
 templates, and the unconditional prompt in place of the caption with ``uncond_prob`` (for
-classifier-free guidance). Writes the checkpoint, ``training.json`` (command, seeds,
-losses) and ``training_curve.png``.
+classifier-free guidance). Each batch is one task of ``task_weights``: text-to-video and
+text-to-image on the world's scenes, and forward dynamics, inverse dynamics and policy on the
+action world (:func:`cosmos3_gym.world.push`), packed as ``CosmosActionCondition`` runs are
+(the clean frames encoded in the resolution tier's canvas, given elements at timestep 0, the
+loss over the generated elements only). Writes the checkpoint, ``training.json`` (command,
+seeds, losses) and ``training_curve.png``.
 """
 
 from __future__ import annotations
@@ -29,10 +34,12 @@ import torch
 from .args import parse_args
 from .model import Cosmos3Model
 from .packing import RowSpec
+from .streams import checked_domain
 from .tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
-from .world import dataset
+from .world import GOALS, MAX_SPEED, dataset, draw, push, sample_task
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
+TASKS = ("t2v", "t2i", "forward_dynamics", "inverse_dynamics", "policy")
 
 
 @dataclass
@@ -51,6 +58,11 @@ class TrainArgs:
     uncond_prob: float = 0.1
     log_every: int = 50
     max_minutes: float = 0.0  # > 0: end the transformer stage early once the whole run has taken this long
+    init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
+    task_weights: str = "t2v=1"  # e.g. t2v=3,t2i=1,forward_dynamics=2,inverse_dynamics=1,policy=1
+    domain: str = "pusht"
+    resolution_tier: int = 256
+    view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
 
 
 def _videos(rng_seed: int, count: int, device) -> tuple[torch.Tensor, list[str]]:
@@ -96,39 +108,139 @@ def train_vae(vae, args: TrainArgs, log: list) -> None:
     vae.register_to_config(latents_mean=mean.tolist(), latents_std=std.tolist())
 
 
+def _weights(spec: str) -> dict[str, float]:
+    weights = {}
+    for item in spec.split(","):
+        name, _, value = item.partition("=")
+        if name not in TASKS or not value.replace(".", "", 1).isdigit() or float(value) <= 0:
+            raise ValueError(f"task_weights={spec!r}: {item!r} is not task=weight with a task of {TASKS}")
+        weights[name] = float(value)
+    return weights
+
+
+def action_samples(rng: np.random.Generator, count: int, chunk: int, expert: bool
+                   ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Chunks of the action world: uint8 frames ``[count, chunk + 1, H, W, 3]`` (the start, then
+    one frame per command), the commands ``[count, chunk, 2]`` and the task prompts. ``expert``:
+    commands head for the goal (policy data); otherwise a random heading, changing mid-chunk."""
+    frames, actions, prompts = [], [], []
+    for _ in range(count):
+        task = sample_task(rng, SIZE)
+        if expert:
+            goal = np.array(GOALS[task.goal]) * SIZE
+            heading = (goal - np.array(task.start)) / (MAX_SPEED * chunk)
+            commands = np.clip(heading + rng.normal(0.0, 0.15, (chunk, 2)), -1, 1)
+        else:
+            turn = int(rng.integers(1, chunk))
+            commands = np.concatenate([np.tile(rng.uniform(-1, 1, 2), (turn, 1)),
+                                       np.tile(rng.uniform(-1, 1, 2), (chunk - turn, 1))])
+            commands = np.clip(commands + rng.normal(0.0, 0.1, commands.shape), -1, 1)
+        centres = push(task, task.start, commands, SIZE)
+        frames.append(np.stack([draw(task, task.start, SIZE)] + [draw(task, tuple(c), SIZE) for c in centres]))
+        actions.append(commands.astype(np.float32))
+        prompts.append(task.prompt)
+    return np.stack(frames), np.stack(actions), prompts
+
+
+def _pixels(frames: np.ndarray, device) -> torch.Tensor:
+    return torch.from_numpy(frames).to(device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
+
+
+@torch.no_grad()
+def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, seed: int, rng: np.random.Generator,
+                   tokens: dict) -> tuple[list[RowSpec], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One batch of ``task``: its rows, the clean latents ``x0`` per stream and, per stream, the
+    mask of the elements the model generates (the loss's elements; the rest stays at ``x0``)."""
+    pipe, chunk = model.pipeline, NUM_FRAMES - 1
+    action = task in ("forward_dynamics", "inverse_dynamics", "policy")
+    if action:
+        frames, commands, prompts = action_samples(np.random.default_rng(seed), args.batch, chunk,
+                                                   expert=task == "policy")
+    else:
+        frames, scenes = dataset(seed, args.batch, NUM_FRAMES, SIZE)
+        if task == "t2i":
+            frames = frames[:, :1]
+        prompts = [f"a {s.size} {s.color} {s.shape}" if task == "t2i" else s.caption for s in scenes]
+    num_frames = frames.shape[1]
+    video = pipe._encode_video(_pixels(frames, args.device))
+    generated_frames = torch.ones(video.shape[2], dtype=torch.bool, device=args.device)
+    if action:  # the clean frames come from the canvas, as the pipeline conditions on them
+        given = num_frames if task == "inverse_dynamics" else 1
+        canvases = []
+        for clip in frames:
+            canvas, size, _, _ = pipe._prepare_action_video_conditioning(
+                list(clip[:given]), args.resolution_tier, given, device=args.device, dtype=video.dtype)
+            canvases.append(canvas)
+        for start in range(0, len(canvases), 16):
+            clean = pipe._remove_action_video_padding_from_latent(
+                pipe._encode_video(torch.cat(canvases[start:start + 16])), size)
+            video[start:start + 16, :, : clean.shape[2]] = clean
+        generated_frames[: (given - 1) // model.temporal_compression + 1] = False
+    grid = video.shape[2:]
+    clean_frames = tuple(int(f) for f in torch.nonzero(~generated_frames).flatten())
+    height, width = model.action_canvas(SIZE, SIZE, args.resolution_tier) if action else (SIZE, SIZE)
+    mode = task if action else None
+    domain_id, raw_dim = checked_domain(args.domain, model.transformer.config.action_dim) if action else (0, 0)
+    rows = []
+    for prompt in prompts:
+        key = (prompt, num_frames, mode)
+        if key not in tokens:
+            tokens[key] = model.tokenize(prompt, "", num_frames, height, width, FPS, action_mode=mode,
+                                         view_point=args.view_point)
+        cond, uncond = tokens[key]
+        ids = tuple(uncond if rng.random() < args.uncond_prob else cond)
+        extra = {}
+        if action:
+            extra = dict(action_len=chunk, clean_actions=tuple(range(chunk)) if task == "forward_dynamics" else (),
+                         domain_id=domain_id, raw_action_dim=raw_dim)
+        rows.append(RowSpec(ids, *grid, FPS, clean_frames, **extra))
+    x0 = {"video": video}
+    generated = {"video": generated_frames.view(1, 1, -1, 1, 1).expand_as(video)}
+    if action:
+        padded = torch.zeros((args.batch, chunk, model.transformer.config.action_dim), device=args.device)
+        padded[:, :, :raw_dim] = torch.from_numpy(commands).to(args.device)
+        x0["action"] = padded
+        mask = torch.zeros_like(padded, dtype=torch.bool)
+        if task != "forward_dynamics":
+            mask[:, :, :raw_dim] = True
+        generated["action"] = mask
+    return rows, x0, generated
+
+
 def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline: float) -> None:
     from tqdm import tqdm
 
-    transformer, vae = model.transformer, model.vae
+    transformer = model.transformer
     transformer.train().requires_grad_(True)
     optimizer = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01)
-    mean = torch.tensor(vae.config.latents_mean, device=args.device).view(1, -1, 1, 1, 1)
-    std = torch.tensor(vae.config.latents_std, device=args.device).view(1, -1, 1, 1, 1)
-    tokens: dict[str, tuple[list[int], list[int]]] = {}
+    weights = _weights(args.task_weights)
+    tokens: dict = {}
     rng = np.random.default_rng(args.data_seed)
-    latent_grid = model.latent_shape(NUM_FRAMES, SIZE, SIZE)[1:]
+    names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
     for step in tqdm(range(args.steps), desc="transformer"):
-        video, captions = _videos(args.data_seed * 1_000_003 + 2 * 10**6 + step, args.batch, args.device)
-        with torch.no_grad():
-            x0 = (vae.encode(video).latent_dist.mode() - mean) / std  # the pipeline's normalisation
-        rows = []
-        for caption in captions:
-            if caption not in tokens:
-                tokens[caption] = model.tokenize(caption, "", NUM_FRAMES, SIZE, SIZE, FPS)
-            cond, uncond = tokens[caption]
-            rows.append(RowSpec(tuple(uncond if rng.random() < args.uncond_prob else cond), *latent_grid, FPS))
+        task = names[int(rng.choice(len(names), p=p))]
+        rows, x0, generated = training_batch(model, task, args, args.data_seed * 1_000_003 + 2 * 10**6 + step,
+                                             rng, tokens)
         # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training
         sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float()).to(args.device)
-        noise = torch.randn_like(x0)
-        s = sigma.view(-1, 1, 1, 1, 1)
-        x_sigma = (1 - s) * x0 + s * noise
-        velocity = model.forward_rows(model.pack(rows), {"video": [x.unsqueeze(0) for x in x_sigma]},
-                                      (sigma * 1000).tolist())
-        loss = torch.nn.functional.mse_loss(torch.stack([v["video"] for v in velocity]), noise - x0)
+        noise = {name: torch.randn_like(x) for name, x in x0.items()}
+        x_sigma = {}
+        for name, x in x0.items():
+            s = sigma.view(-1, *([1] * (x.ndim - 1)))
+            x_sigma[name] = torch.where(generated[name], (1 - s) * x + s * noise[name], x)
+        inputs = {"video": [x.unsqueeze(0) for x in x_sigma["video"]]}
+        if "action" in x_sigma:
+            inputs["action"] = list(x_sigma["action"])
+        velocity = model.forward_rows(model.pack(rows), inputs, (sigma * 1000).tolist())
+        loss = 0.0
+        for name, x in x0.items():
+            predicted = torch.stack([v[name] for v in velocity])
+            if generated[name].any():
+                loss = loss + ((predicted - (noise[name] - x)) ** 2)[generated[name]].mean()
         _update(optimizer, loss, transformer.parameters(), _lr(step, args.steps, args.lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
-            log.append({"stage": "transformer", "step": step, "loss": loss.item()})
+            log.append({"stage": "transformer", "step": step, "task": task, "loss": loss.item()})
         if out_of_time:
             break
     transformer.eval().requires_grad_(False)
@@ -154,14 +266,27 @@ def plot_curve(log: list, path: Path) -> None:
     plt.close(fig)
 
 
+def _load_weights(components: dict, checkpoint: Path) -> None:
+    """The transformer's and the VAE's weights (and the VAE's latent statistics) of ``checkpoint``."""
+    from diffusers import AutoencoderKLWan
+    from safetensors.torch import load_file
+
+    components["transformer"].load_state_dict(
+        load_file(checkpoint / "transformer" / "diffusion_pytorch_model.safetensors"))
+    components["vae"] = AutoencoderKLWan.from_pretrained(checkpoint / "vae", use_safetensors=True)
+
+
 def main(argv=None) -> int:
     args = parse_args(TrainArgs, argv, __doc__)
     torch.backends.cuda.matmul.allow_tf32 = True
     start = time.time()
     components = build_tiny_components(args.init_seed)
+    if args.init_from:
+        _load_weights(components, Path(args.init_from))
     log: list = []
     components["vae"].to(args.device)
-    train_vae(components["vae"], args, log)
+    if args.vae_steps:
+        train_vae(components["vae"], args, log)
     model = Cosmos3Model.from_components(components["transformer"], components["vae"],
                                                  components["text_tokenizer"], components["scheduler"],
                                                  device=args.device, dtype=torch.float32, attention="sdpa",
@@ -179,7 +304,7 @@ def main(argv=None) -> int:
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     plot_curve(log, out / "training_curve.png")
     print(f"wrote {out} in {record['seconds']} s; last losses: "
-          f"{[r for r in log if r['stage'] == 'vae'][-1]}, {[r for r in log if r['stage'] == 'transformer'][-1]}")
+          f"{[r for r in log if r['stage'] == 'vae'][-1:]}, {[r for r in log if r['stage'] == 'transformer'][-1]}")
     return 0
 
 
