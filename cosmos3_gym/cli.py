@@ -155,9 +155,11 @@ def bench(args) -> int:
 
 
 def evaluate(args) -> int:
-    from .evaluate import adherence, report
+    from .evaluate import action_accuracy, adherence, report
 
-    result = adherence(args.env, args.samples, args.seed, device=args.device)
+    action = preset_tables()[args.env].get("conditioning") in ("forward_dynamics", "inverse_dynamics", "policy")
+    measure = action_accuracy if action else adherence
+    result = measure(args.env, args.samples, args.seed, device=args.device)
     text = report(result)
     print(text)
     if args.out:

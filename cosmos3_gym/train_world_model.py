@@ -36,7 +36,7 @@ from .model import Cosmos3Model
 from .packing import RowSpec
 from .streams import checked_domain
 from .tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
-from .world import GOALS, MAX_SPEED, dataset, draw, push, sample_task
+from .world import action_chunks, dataset
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
 TASKS = ("t2v", "t2i", "forward_dynamics", "inverse_dynamics", "policy")
@@ -118,30 +118,6 @@ def _weights(spec: str) -> dict[str, float]:
     return weights
 
 
-def action_samples(rng: np.random.Generator, count: int, chunk: int, expert: bool
-                   ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Chunks of the action world: uint8 frames ``[count, chunk + 1, H, W, 3]`` (the start, then
-    one frame per command), the commands ``[count, chunk, 2]`` and the task prompts. ``expert``:
-    commands head for the goal (policy data); otherwise a random heading, changing mid-chunk."""
-    frames, actions, prompts = [], [], []
-    for _ in range(count):
-        task = sample_task(rng, SIZE)
-        if expert:
-            goal = np.array(GOALS[task.goal]) * SIZE
-            heading = (goal - np.array(task.start)) / (MAX_SPEED * chunk)
-            commands = np.clip(heading + rng.normal(0.0, 0.15, (chunk, 2)), -1, 1)
-        else:
-            turn = int(rng.integers(1, chunk))
-            commands = np.concatenate([np.tile(rng.uniform(-1, 1, 2), (turn, 1)),
-                                       np.tile(rng.uniform(-1, 1, 2), (chunk - turn, 1))])
-            commands = np.clip(commands + rng.normal(0.0, 0.1, commands.shape), -1, 1)
-        centres = push(task, task.start, commands, SIZE)
-        frames.append(np.stack([draw(task, task.start, SIZE)] + [draw(task, tuple(c), SIZE) for c in centres]))
-        actions.append(commands.astype(np.float32))
-        prompts.append(task.prompt)
-    return np.stack(frames), np.stack(actions), prompts
-
-
 def _pixels(frames: np.ndarray, device) -> torch.Tensor:
     return torch.from_numpy(frames).to(device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
 
@@ -154,8 +130,9 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, seed: int, r
     pipe, chunk = model.pipeline, NUM_FRAMES - 1
     action = task in ("forward_dynamics", "inverse_dynamics", "policy")
     if action:
-        frames, commands, prompts = action_samples(np.random.default_rng(seed), args.batch, chunk,
-                                                   expert=task == "policy")
+        tasks, frames, commands = action_chunks(np.random.default_rng(seed), args.batch, chunk,
+                                                expert=task == "policy")
+        prompts = [t.prompt for t in tasks]
     else:
         frames, scenes = dataset(seed, args.batch, NUM_FRAMES, SIZE)
         if task == "t2i":

@@ -180,6 +180,30 @@ def draw(task: PushTask, position: tuple[float, float], size: int = 32) -> np.nd
     return frame
 
 
+def action_chunks(rng: np.random.Generator, count: int, chunk: int = 8, expert: bool = False, size: int = 32
+                  ) -> tuple[list[PushTask], np.ndarray, np.ndarray]:
+    """``count`` tasks, each with one chunk played out: uint8 frames ``[count, chunk + 1, size, size,
+    3]`` (the start, then one frame per command) and the commands ``[count, chunk, 2]``.
+    ``expert``: the commands head for the goal (with noise), as a policy should; otherwise a
+    random heading that changes once mid-chunk (dynamics data)."""
+    tasks, frames, actions = [], [], []
+    for _ in range(count):
+        task = sample_task(rng, size)
+        if expert:
+            heading = (np.array(GOALS[task.goal]) * size - np.array(task.start)) / (MAX_SPEED * chunk)
+            commands = np.clip(heading + rng.normal(0.0, 0.15, (chunk, 2)), -1, 1)
+        else:
+            turn = int(rng.integers(1, chunk)) if chunk > 1 else 1
+            commands = np.concatenate([np.tile(rng.uniform(-1, 1, 2), (turn, 1)),
+                                       np.tile(rng.uniform(-1, 1, 2), (chunk - turn, 1))])
+            commands = np.clip(commands + rng.normal(0.0, 0.1, commands.shape), -1, 1)
+        centres = push(task, task.start, commands, size)
+        tasks.append(task)
+        frames.append(np.stack([draw(task, task.start, size)] + [draw(task, tuple(c), size) for c in centres]))
+        actions.append(commands.astype(np.float32))
+    return tasks, np.stack(frames), np.stack(actions)
+
+
 def task_reward(before: np.ndarray, frames: np.ndarray, goal: str) -> tuple[float, bool]:
     """``(reward, success)`` of a chunk: the progress toward ``goal`` (the drop in the detected
     object's distance to it, as a fraction of the width, from frame ``before`` to the chunk's

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -17,23 +18,24 @@ def test_shipped_checkpoint_is_the_builders_model_trained(tmp_path):
         untrained = load_file(tmp_path / component / "diffusion_pytorch_model.safetensors")
         assert shipped.keys() == untrained.keys()
         assert all(shipped[k].shape == untrained[k].shape for k in shipped)
-        # The action and sound heads are the builder's (untrained) initialisation; the rest is trained.
-        heads = [k for k in shipped if k.startswith(("action_", "audio_"))]
-        assert (component == "transformer") == bool(heads)
-        assert all(torch.equal(shipped[k], untrained[k]) for k in heads)
-        trained = [k for k in shipped if k not in heads]
-        changed = sum(not torch.equal(shipped[k], untrained[k]) for k in trained)
-        assert changed > 0.9 * len(trained)  # trained, not the initial weights
+        changed = sum(not torch.equal(shipped[k], untrained[k]) for k in shipped)
+        assert changed > 0.9 * len(shipped)  # trained, not the initial weights (action heads included)
     shipped = load_file(TINY_CHECKPOINT / "sound_tokenizer" / "diffusion_pytorch_model.safetensors")
     untrained = load_file(tmp_path / "sound_tokenizer" / "diffusion_pytorch_model.safetensors")
     assert shipped.keys() == untrained.keys() and all(torch.equal(shipped[k], untrained[k]) for k in shipped)
     assert (TINY_CHECKPOINT / "text_tokenizer" / "tokenizer.json").read_text() == \
         (tmp_path / "text_tokenizer" / "tokenizer.json").read_text()
-    record = json.loads((TINY_CHECKPOINT / "training.json").read_text())
-    assert record["command"].startswith("python -m cosmos3_gym.train_world_model")
-    assert record["args"]["data_seed"] == 0
-    losses = [r["loss"] for r in record["log"] if r["stage"] == "transformer"]
+    # Two runs: the base (VAE, then text-to-video), then every task continued from it.
+    base = json.loads((TINY_CHECKPOINT / "training_base.json").read_text())
+    assert base["command"].startswith("python -m cosmos3_gym.train_world_model")
+    assert base["args"]["data_seed"] == 0
+    losses = [r["loss"] for r in base["log"] if r["stage"] == "transformer"]
     assert losses[-1] < 0.5 * losses[0]
+    record = json.loads((TINY_CHECKPOINT / "training.json").read_text())
+    assert "--init-from cosmos3_gym/assets/cosmos3-tiny" in record["command"] and record["args"]["vae_steps"] == 0
+    for task in ("t2v", "t2i", "forward_dynamics", "inverse_dynamics", "policy"):
+        losses = [r["loss"] for r in record["log"] if r.get("task") == task]
+        assert len(losses) >= 2 and losses[-1] < losses[0], task
     vae_config = json.loads((TINY_CHECKPOINT / "vae" / "config.json").read_text())
     assert vae_config["latents_std"] != [1.0] * 4  # normalisation fitted to the data
 
@@ -59,6 +61,24 @@ def test_trainer_runs_and_its_output_loads(tmp_path):
     assert (tmp_path / "training_curve.png").stat().st_size > 1000
     generator = Cosmos3Model.from_pretrained(tmp_path, device="cpu")
     assert generator.vae.config.latents_mean != [0.0] * 4
+
+
+def test_trainer_continues_a_checkpoint_on_every_task(tmp_path):
+    """Each task's batch packs as the env does and trains: the action heads and T2V weights move."""
+    from cosmos3_gym.train_world_model import main
+
+    main(["--device", "cpu", "--init-from", str(TINY_CHECKPOINT), "--vae-steps", "0", "--steps", "5", "--batch",
+          "2", "--log-every", "1", "--data-seed", "3", "--out", str(tmp_path),
+          "--task-weights", "t2v=1,t2i=1,forward_dynamics=1,inverse_dynamics=1,policy=1"])
+    record = json.loads((tmp_path / "training.json").read_text())
+    assert len({r["task"] for r in record["log"]}) >= 3 and all(np.isfinite(r["loss"]) for r in record["log"])
+    before = load_file(TINY_CHECKPOINT / "transformer" / "diffusion_pytorch_model.safetensors")
+    after = load_file(tmp_path / "transformer" / "diffusion_pytorch_model.safetensors")
+    assert not torch.equal(before["proj_out.weight"], after["proj_out.weight"])
+    assert torch.equal(load_file(TINY_CHECKPOINT / "vae" / "diffusion_pytorch_model.safetensors")["encoder.conv_in.weight"],
+                       load_file(tmp_path / "vae" / "diffusion_pytorch_model.safetensors")["encoder.conv_in.weight"])
+    with pytest.raises(ValueError, match="task_weights='walk=1'"):
+        main(["--device", "cpu", "--vae-steps", "0", "--steps", "1", "--task-weights", "walk=1", "--out", str(tmp_path)])
 
 
 # --- the loader reads no pickle and instantiates only allow-listed classes ----------------------------------
