@@ -24,9 +24,9 @@ from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.args import parse_args
+from cosmos3_gym.grpo import group_advantages, grpo_update
 from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.plots import reward_curve
-from cosmos3_gym.transition import replay_log_probs
 
 
 @dataclass
@@ -66,21 +66,9 @@ def main(args: Args) -> None:
         terminated = torch.zeros(num_envs, dtype=torch.bool)
         while not terminated.all():
             _, rewards, terminated, _, info = venv.step(actions)
-        trajectories = list(info["trajectory"])
-        old_log_probs = torch.stack([t.log_probs for t in trajectories])  # [B, N]
-        groups = rewards.view(args.num_groups, args.group_size)
-        advantages = ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-4)).view(-1, 1)
         mean_rewards.append(float(rewards.mean()))
-
-        for _ in range(args.epochs):
-            with torch.enable_grad():
-                ratio = torch.exp(replay_log_probs(policy, trajectories) - old_log_probs)
-                clipped = ratio.clamp(1 - args.clip_range, 1 + args.clip_range)
-                loss = -torch.minimum(ratio * advantages, clipped * advantages).mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.transformer.parameters(), 1.0)
-            optimizer.step()
+        grpo_update(policy, optimizer, list(info["trajectory"]), group_advantages(rewards, args.group_size),
+                    args.clip_range, args.epochs)
         venv.update_weights(policy.transformer.state_dict())
 
     first, last, window = reward_curve(range(len(mean_rewards)), mean_rewards, out / "grpo_reward.png",

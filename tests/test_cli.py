@@ -174,7 +174,7 @@ def test_import_is_light_and_help_is_fast():
     code = ("import sys, gymnasium as gym, cosmos3_gym; print('torch' in sys.modules);"
             "print(sorted(i for i in gym.registry if i.startswith('Cosmos3')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT).stdout
-    assert out.split("\n")[:2] == ["False", "['Cosmos3ForwardDynamicsRollout-v0', 'Cosmos3InverseDynamicsRollout-v0', 'Cosmos3PolicyRollout-v0', 'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0', 'Cosmos3RolloutV2V-v0']"]
+    assert out.split("\n")[:2] == ["False", "['Cosmos3ForwardDynamicsRollout-v0', 'Cosmos3InverseDynamicsRollout-v0', 'Cosmos3PolicyRollout-v0', 'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0', 'Cosmos3RolloutV2V-v0', 'Cosmos3World-v0']"]
     script = Path(sys.executable).parent / "cosmos3-gym"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "cosmos3_gym.cli"]
     start = time.perf_counter()

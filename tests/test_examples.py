@@ -36,6 +36,19 @@ def test_grpo_finetune_smoke(tmp_path):
     assert "weights_version 2" in out and (tmp_path / "grpo_reward.png").exists()
 
 
+def test_policy_grpo_smoke(tmp_path):
+    out = run("policy_grpo.py", "--num-groups", "2", "--group-size", "2", "--num-steps", "2", "--iterations", "2",
+              tmp_path=tmp_path)
+    assert "weights_version 2" in out and (tmp_path / "policy_grpo.png").exists()
+
+
+def test_dream_to_real_smoke(tmp_path):
+    out = run("dream_to_real.py", "--timesteps", "32", "--num-envs", "2", "--n-steps", "16", "--num-steps", "2",
+              "--eval-episodes", "2", tmp_path=tmp_path)
+    assert "PPO trained in imagination" in out and (tmp_path / "dream_to_real.png").exists()
+    assert (tmp_path / "dream_to_real.txt").read_text().strip().splitlines()[-1].startswith("dream / real:")
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_explore_notebook_executes(tmp_path):
     notebook = nbformat.read(EXAMPLES / "explore.ipynb", as_version=4)

@@ -31,5 +31,5 @@ def test_non_editable_install_registers_env_ids(tmp_path):
     )
     out = subprocess.run([python, "-c", code], cwd=tmp_path, check=True, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": ""}).stdout
-    assert "['Cosmos3ForwardDynamicsRollout-v0', 'Cosmos3InverseDynamicsRollout-v0', 'Cosmos3PolicyRollout-v0', 'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0', 'Cosmos3RolloutV2V-v0']" in out
+    assert "['Cosmos3ForwardDynamicsRollout-v0', 'Cosmos3InverseDynamicsRollout-v0', 'Cosmos3PolicyRollout-v0', 'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0', 'Cosmos3RolloutV2V-v0', 'Cosmos3World-v0']" in out
     assert out.strip().endswith("True")

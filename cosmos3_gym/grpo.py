@@ -1,0 +1,37 @@
+"""Flow-GRPO's update, shared by the examples: group-relative advantages and clipped-ratio
+policy-gradient passes over stored trajectories (the trainer's side of the rollout)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .model import Cosmos3Model
+from .trajectory import Trajectory
+from .transition import replay_log_probs
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``[B, 1]`` advantages: each reward standardised within its group of ``group_size``
+    consecutive envs (the envs that shared a prompt and a conditioning)."""
+    groups = rewards.float().view(-1, group_size)
+    return ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-4)).view(-1, 1)
+
+
+def grpo_update(policy: Cosmos3Model, optimizer: torch.optim.Optimizer, trajectories: Sequence[Trajectory],
+                advantages: torch.Tensor, clip_range: float = 0.2, epochs: int = 2) -> float:
+    """``epochs`` clipped-ratio policy-gradient steps of ``policy`` on ``trajectories``; the first
+    ratio is exactly 1 (the replay repeats the rollout). Returns the last loss."""
+    old_log_probs = torch.stack([t.log_probs for t in trajectories])  # [B, N]
+    advantages = advantages.to(old_log_probs.device)
+    for _ in range(epochs):
+        with torch.enable_grad():
+            ratio = torch.exp(replay_log_probs(policy, list(trajectories)).cpu() - old_log_probs)
+            clipped = ratio.clamp(1 - clip_range, 1 + clip_range)
+            loss = -torch.minimum(ratio * advantages, clipped * advantages).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.transformer.parameters(), 1.0)
+        optimizer.step()
+    return loss.item()
