@@ -42,7 +42,7 @@ def _register_presets() -> list[str]:
             gym.register(
                 id=env_id,
                 entry_point="cosmos3_gym.env:Cosmos3RolloutEnv",
-                vector_entry_point="cosmos3_gym.vector_env:Cosmos3RolloutVectorEnv",
+                vector_entry_point="cosmos3_gym.ray_env:make_vector_env",  # num_workers=W: on Ray
                 kwargs={"preset": env_id},
                 # Gymnasium's passive checker marks its first reset as done before running it, so a
                 # first reset that raises (a bad option) breaks the first step of the next episode.

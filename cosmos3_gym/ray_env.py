@@ -1,0 +1,307 @@
+"""Cosmos3RayVectorEnv: one Gymnasium VectorEnv over W Ray actors, one engine (and GPU) each.
+
+Each actor holds a :class:`~cosmos3_gym.vector_env.Cosmos3RolloutVectorEnv` of a contiguous
+slice of the envs. A step sends every actor its slice of the actions and gathers the results:
+one round trip per step, the actors stepping in parallel. Seeds and default prompts are
+drawn here, once, exactly as the in-process vector env draws them, so env ``i``'s episode
+does not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from .engine import SEED_RANGE, checked_seed
+from .presets import Preset, load_preset
+from .spaces import checked_options
+
+
+ITEM_NDIM = {"image": 3, "video": 4, "actions": 2}  # one option item's dimensions (for every env)
+
+
+class _Worker:
+    """One Ray actor: an in-process vector env over this worker's envs (and a model of its own)."""
+
+    def __init__(self, num_envs: int, preset: Preset, kwargs: dict):
+        from .threads import configure_threads
+        from .vector_env import Cosmos3RolloutVectorEnv
+
+        configure_threads()
+        self.venv = Cosmos3RolloutVectorEnv(num_envs, preset, array_type="numpy", **kwargs)
+        self._backup = None
+
+    def spaces(self):
+        v = self.venv
+        return v.single_observation_space, v.single_action_space, v.default_action, v.metadata
+
+    def reset(self, seeds, options):
+        return self.venv.reset(seed=seeds, options=options)
+
+    def step(self, actions):
+        return self.venv.step(actions)
+
+    def fork(self, src, dst, seeds):
+        return self.venv.fork(src, dst, seeds)
+
+    def get_state(self):
+        return self.venv.get_state()
+
+    def set_state(self, state):
+        self.venv.set_state(state)
+
+    def check_weights(self, weights) -> None:
+        from .weights import checked_updates
+
+        checked_updates(self.venv.model.transformer, weights)
+
+    def update_weights(self, weights) -> int:
+        model = self.venv.model
+        self._backup = ({k: v.detach().clone() for k, v in model.transformer.state_dict().items()},
+                        model.weights_version)
+        return model.update_weights(weights)
+
+    def restore_weights(self) -> int:
+        """Undo the last :meth:`update_weights` (another worker's failed), version included."""
+        from .weights import staged_update
+
+        state, version = self._backup
+        staged_update(self.venv.model.transformer, state)
+        self.venv.model.weights_version = version
+        return version
+
+    def weights_version(self) -> int:
+        return self.venv.weights_version
+
+    def ping(self) -> bool:
+        return True
+
+
+class Cosmos3RayVectorEnv(VectorEnv):
+    """``num_envs`` Cosmos 3 rollout envs spread over ``num_workers`` Ray actors.
+
+    Same spaces, options, ``group_size`` and autoreset modes as
+    :class:`~cosmos3_gym.vector_env.Cosmos3RolloutVectorEnv` (numpy arrays); env ``i`` of
+    ``reset(seed=s)`` is seeded ``s + i`` and gets the prompt the in-process env would draw,
+    whatever ``num_workers``: with the same seeds and actions, any ``num_workers`` gives the
+    same latents and log-probs. Worker ``w`` holds envs ``[w * n, (w + 1) * n)``
+    (``n = num_envs / num_workers``, a multiple of ``group_size``). ``resources``: Ray
+    resources of each actor, e.g. ``{"num_gpus": 1}`` (default on a machine with GPUs: one GPU
+    each, else one CPU). Connects to a running Ray cluster or starts a local one
+    (``ray.init``); :meth:`close` frees every actor.
+
+    ``update_weights`` puts the tensors in Ray's object store once; every worker checks them
+    before any loads them, and if a load fails anywhere the workers already updated are
+    restored: all workers report the same ``weights_version``. A worker that died (killed,
+    out of memory) turns the next call into a ``RuntimeError`` naming it and its envs.
+
+    Defaults drawn by a worker (autoreset episodes' seeds and prompts; world scenes for
+    conditioned presets) come from that worker's own generator; pass options to fix them.
+    :meth:`fork` branches within one worker's envs.
+    """
+
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 2, preset: str | Preset = "Cosmos3Rollout-v0", *, num_workers: int = 2,
+                 group_size: int = 1, autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+                 resources: dict | None = None, **kwargs):
+        import ray
+
+        for name, value in (("num_envs", num_envs), ("num_workers", num_workers), ("group_size", group_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is invalid; use an integer >= 1")
+        per_worker = num_envs // num_workers
+        if num_envs % num_workers or per_worker % group_size:
+            raise ValueError(f"num_envs={num_envs} must split into num_workers={num_workers} equal slices, each a "
+                             f"multiple of group_size={group_size} (GRPO groups stay on one worker)")
+        if "array_type" in kwargs or "render_mode" in kwargs:
+            raise ValueError("Cosmos3RayVectorEnv returns numpy arrays and does not render; drop array_type / "
+                             "render_mode")
+        self.preset = (load_preset(preset) if isinstance(preset, str) else preset).override(
+            **{k: v for k, v in kwargs.items() if k in Preset.__dataclass_fields__})
+        env_kwargs = {k: v for k, v in kwargs.items() if k not in Preset.__dataclass_fields__}
+        self.num_envs, self.num_workers, self.group_size = num_envs, num_workers, group_size
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
+        if resources is None:
+            resources = {"num_gpus": 1} if torch.cuda.is_available() else {"num_cpus": 1}
+        actor = ray.remote(**resources)(_Worker)
+        self._slices = [list(range(w * per_worker, (w + 1) * per_worker)) for w in range(num_workers)]
+        worker_kwargs = {**env_kwargs, "group_size": group_size, "autoreset_mode": self.autoreset_mode}
+        self._workers = [actor.remote(per_worker, self.preset, worker_kwargs) for _ in range(num_workers)]
+        spaces = self._gather([w.spaces.remote() for w in self._workers], "start")[0]
+        self.single_observation_space, self.single_action_space, self.default_action, _ = spaces
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._rng = np.random.default_rng()
+
+    # --- plumbing ------------------------------------------------------------------
+    def _gather(self, refs: list, what: str) -> list:
+        """``ray.get`` of one call per worker; a dead worker becomes an error naming it and its envs."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        results = []
+        for w, ref in enumerate(refs):
+            try:
+                results.append(ray.get(ref))
+            except RayActorError as error:
+                raise RuntimeError(f"{what}: Ray worker {w} (envs {self._slices[w][0]}-{self._slices[w][-1]}) died "
+                                   f"({type(error).__name__}); close() this env and build a new one") from error
+        return results
+
+    def _split(self, value, name: str) -> list:
+        """A per-env list option as one slice per worker (a str or a per-group list goes whole)."""
+        if value is None or isinstance(value, str):
+            return [value] * self.num_workers
+        value = list(value)
+        if len(value) == self.num_envs:
+            return [value[s[0]:s[-1] + 1] for s in self._slices]
+        groups, per = self.num_envs // self.group_size, len(self._slices[0]) // self.group_size
+        if len(value) == groups:
+            return [value[w * per:(w + 1) * per] for w in range(self.num_workers)]
+        raise ValueError(f"options[{name!r}] has {len(value)} entries; expected one per env ({self.num_envs}) or "
+                         f"per group ({groups})")
+
+    @staticmethod
+    def _merge(results: list, key: str):
+        return np.concatenate([r[key] for r in results])
+
+    def _merge_infos(self, infos: list[dict]) -> dict:
+        keys = set().union(*infos)
+        merged = {}
+        for key in keys:
+            parts = []
+            for info, envs in zip(infos, self._slices):
+                if key in info:
+                    parts.append(np.asarray(info[key]))
+                else:  # this worker had nothing for key: masked out
+                    like = next(np.asarray(i[key]) for i in infos if key in i)
+                    filler = np.zeros if key.startswith("_") else (lambda shape, dtype: np.full(shape, None, object))
+                    parts.append(filler((len(envs), *like.shape[1:]), dtype=like.dtype))
+            merged[key] = np.concatenate(parts)
+        return merged
+
+    # --- the VectorEnv API --------------------------------------------------------------
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
+        options = checked_options(options, ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions",
+                                            "domain"))
+        if isinstance(seed, (list, tuple, np.ndarray)):
+            if len(seed) != self.num_envs:
+                raise ValueError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs})")
+            seeds = [checked_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
+        elif seed is not None:
+            first = checked_seed(seed)
+            if first + self.num_envs - 1 > SEED_RANGE[1]:
+                raise ValueError(f"seed={seed} is too large for {self.num_envs} envs (env i gets seed + i)")
+            seeds = [first + i for i in range(self.num_envs)]
+        else:
+            seeds = [int(s) for s in self._rng.integers(SEED_RANGE[0], SEED_RANGE[1], self.num_envs, endpoint=True)]
+        if "prompt" not in options and self.preset.conditioning == "none":
+            # The in-process env's draw for reset(seed=s): one prompt per group from default_rng(s).
+            rng = np.random.default_rng(seeds[0])
+            groups = self.num_envs // self.group_size
+            options["prompt"] = [self.preset.prompts[int(i)] for i in rng.integers(len(self.preset.prompts),
+                                                                                     size=groups)]
+        per_worker = [{} for _ in self._workers]
+        for key, value in options.items():
+            if key == "reset_mask":
+                mask = np.asarray(value)
+                if mask.shape != (self.num_envs,) or mask.dtype != bool:
+                    raise ValueError(f"options['reset_mask'] is {value!r}; expected a bool array of shape "
+                                     f"({self.num_envs},)")
+                parts = np.split(mask, self.num_workers)
+            elif key in ITEM_NDIM and np.asarray(value).ndim == ITEM_NDIM[key]:
+                parts = [value] * self.num_workers  # one item for every env
+            else:
+                parts = self._split(value, key)
+            for w, part in enumerate(parts):
+                per_worker[w][key] = part
+        results = self._gather([w.reset.remote([seeds[i] for i in s], o or None)
+                                for w, s, o in zip(self._workers, self._slices, per_worker)], "reset")
+        obs = {key: np.concatenate([r[0][key] for r in results]) for key in results[0][0]}
+        return obs, self._merge_infos([r[1] for r in results])
+
+    def step(self, actions):
+        if isinstance(actions, torch.Tensor):
+            actions = actions.cpu().numpy()
+        actions = np.asarray(actions, dtype=np.float32)
+        if actions.shape != (self.num_envs, *self.single_action_space.shape):
+            raise ValueError(f"actions have shape {actions.shape}; expected "
+                             f"{(self.num_envs, *self.single_action_space.shape)}")
+        results = self._gather([w.step.remote(actions[s[0]:s[-1] + 1]) for w, s in zip(self._workers, self._slices)],
+                               "step")
+        obs = {key: np.concatenate([r[0][key] for r in results]) for key in results[0][0]}
+        rewards, terminated, truncated = (np.concatenate([r[k] for r in results]) for k in (1, 2, 3))
+        return obs, rewards, terminated, truncated, self._merge_infos([r[4] for r in results])
+
+    def fork(self, src: int, dst: list[int], seeds: list[int | None] | None = None) -> list[int | None]:
+        """:meth:`Cosmos3RolloutVectorEnv.fork` within the worker that holds ``src``."""
+        worker = next(w for w, s in enumerate(self._slices) if src in s) if 0 <= src < self.num_envs else None
+        if worker is None or not all(d in self._slices[worker] for d in dst):
+            raise ValueError(f"fork(src={src}, dst={dst}): src and every dst must be envs of one worker "
+                             f"(worker slices: {[(s[0], s[-1]) for s in self._slices]})")
+        offset = self._slices[worker][0]
+        return self._gather([self._workers[worker].fork.remote(src - offset, [d - offset for d in dst], seeds)],
+                            "fork")[0]
+
+    def get_state(self) -> list:
+        return self._gather([w.get_state.remote() for w in self._workers], "get_state")
+
+    def set_state(self, state: list) -> None:
+        if not isinstance(state, list) or len(state) != self.num_workers:
+            raise ValueError(f"set_state expects the list get_state() returned ({self.num_workers} workers)")
+        self._gather([w.set_state.remote(s) for w, s in zip(self._workers, state)], "set_state")
+
+    @property
+    def weights_version(self) -> int:
+        versions = set(self._gather([w.weights_version.remote() for w in self._workers], "weights_version"))
+        if len(versions) != 1:
+            raise RuntimeError(f"the workers disagree on weights_version ({sorted(versions)})")
+        return versions.pop()
+
+    def update_weights(self, weights) -> int:
+        """Load new transformer weights into every worker before the next step, all or nothing."""
+        import ray
+
+        if isinstance(weights, torch.nn.Module) and hasattr(weights, "merge_and_unload"):
+            weights = copy.deepcopy(weights).merge_and_unload().state_dict()  # peft: merged once, here
+        elif not isinstance(weights, dict):
+            weights = dict(weights) if not isinstance(weights, torch.nn.Module) else weights
+        if isinstance(weights, dict):
+            weights = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in weights.items()}
+        ref = ray.put(weights)  # once, shared by every worker
+        self._gather([w.check_weights.remote(ref) for w in self._workers], "update_weights (check)")
+        updated, versions = [], []
+        try:
+            for w, worker in enumerate(self._workers):
+                versions.append(self._gather([worker.update_weights.remote(ref)], "update_weights")[0])
+                updated.append(worker)
+        except BaseException:
+            self._gather([worker.restore_weights.remote() for worker in updated], "update_weights (restore)")
+            raise
+        return versions[0]
+
+    def close_extras(self, **kwargs) -> None:
+        import ray
+
+        for worker in getattr(self, "_workers", []):
+            ray.kill(worker)
+        self._workers = []
+
+
+def make_vector_env(num_envs: int = 1, preset: str | Preset = "Cosmos3Rollout-v0", *, num_workers: int | None = None,
+                    **kwargs):
+    """``gym.make_vec(..., vectorization_mode="vector_entry_point")``: the in-process vector env,
+    or with ``num_workers=W`` the Ray one."""
+    if num_workers is None:
+        from .vector_env import Cosmos3RolloutVectorEnv
+
+        return Cosmos3RolloutVectorEnv(num_envs, preset, **kwargs)
+    return Cosmos3RayVectorEnv(num_envs, preset, num_workers=num_workers, **kwargs)
