@@ -77,8 +77,8 @@ class _Worker:
     def weights_version(self) -> int:
         return self.venv.weights_version
 
-    def ping(self) -> bool:
-        return True
+    def episode_attribute(self, name: str) -> list:
+        return self.venv.episode_attribute(name)
 
 
 class Cosmos3RayVectorEnv(VectorEnv):
@@ -169,22 +169,24 @@ class Cosmos3RayVectorEnv(VectorEnv):
         raise ValueError(f"options[{name!r}] has {len(value)} entries; expected one per env ({self.num_envs}) or "
                          f"per group ({groups})")
 
-    @staticmethod
-    def _merge(results: list, key: str):
-        return np.concatenate([r[key] for r in results])
-
     def _merge_infos(self, infos: list[dict]) -> dict:
-        keys = set().union(*infos)
+        """The workers' info dicts as one: each entry concatenated in env order (nested dicts, such as
+        ``final_obs``, entry by entry); a worker without an entry contributes masked-out blanks."""
         merged = {}
-        for key in keys:
+        for key in set().union(*infos):
+            present = [info[key] for info in infos if key in info]
+            if isinstance(present[0], dict):
+                merged[key] = self._merge_infos([info.get(key, {}) for info in infos])
+                continue
+            like = np.asarray(present[0])
             parts = []
             for info, envs in zip(infos, self._slices):
                 if key in info:
                     parts.append(np.asarray(info[key]))
-                else:  # this worker had nothing for key: masked out
-                    like = next(np.asarray(i[key]) for i in infos if key in i)
-                    filler = np.zeros if key.startswith("_") else (lambda shape, dtype: np.full(shape, None, object))
-                    parts.append(filler((len(envs), *like.shape[1:]), dtype=like.dtype))
+                elif like.dtype == object:
+                    parts.append(np.full((len(envs), *like.shape[1:]), None, dtype=object))
+                else:  # masks are False, values zero: masked out
+                    parts.append(np.zeros((len(envs), *like.shape[1:]), dtype=like.dtype))
             merged[key] = np.concatenate(parts)
         return merged
 
@@ -251,6 +253,11 @@ class Cosmos3RayVectorEnv(VectorEnv):
         return self._gather([self._workers[worker].fork.remote(src - offset, [d - offset for d in dst], seeds)],
                             "fork")[0]
 
+    def episode_attribute(self, name: str) -> list:
+        """``name`` (``prompt``, ``negative_prompt``, ``seed`` or ``step``) of every env's episode."""
+        return [v for part in self._gather([w.episode_attribute.remote(name) for w in self._workers], name)
+                for v in part]
+
     def get_state(self) -> list:
         return self._gather([w.get_state.remote() for w in self._workers], "get_state")
 
@@ -280,7 +287,7 @@ class Cosmos3RayVectorEnv(VectorEnv):
         self._gather([w.check_weights.remote(ref) for w in self._workers], "update_weights (check)")
         updated, versions = [], []
         try:
-            for w, worker in enumerate(self._workers):
+            for worker in self._workers:
                 versions.append(self._gather([worker.update_weights.remote(ref)], "update_weights")[0])
                 updated.append(worker)
         except BaseException:

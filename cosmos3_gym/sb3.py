@@ -1,4 +1,5 @@
-"""stable-baselines3 VecEnv over :class:`~cosmos3_gym.vector_env.Cosmos3RolloutVectorEnv`.
+"""stable-baselines3 VecEnv over :class:`~cosmos3_gym.vector_env.Cosmos3RolloutVectorEnv` (or its Ray
+counterpart, :class:`~cosmos3_gym.ray_env.Cosmos3RayVectorEnv`).
 
 SB3 gets numpy, same-step autoreset with ``info["terminal_observation"]``, and infos that
 ``VecMonitor`` can annotate, while the work stays one batched forward per step for all
@@ -12,6 +13,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
+from .ray_env import make_vector_env
 from .vector_env import Cosmos3RolloutVectorEnv
 
 # Per-env views: get_attr(name) returns this field of env i's episode for env i.
@@ -32,9 +34,10 @@ class Cosmos3SB3VecEnv(VecEnv):
     """
 
     def __init__(self, venv: Cosmos3RolloutVectorEnv, rescale_actions: bool = False):
-        if venv.autoreset_mode != AutoresetMode.SAME_STEP or venv.array_type != "numpy":
+        array_type = getattr(venv, "array_type", "numpy")
+        if venv.autoreset_mode != AutoresetMode.SAME_STEP or array_type != "numpy":
             raise ValueError(f"the SB3 adapter needs autoreset_mode=SAME_STEP and array_type='numpy', got "
-                             f"{venv.autoreset_mode} and {venv.array_type!r}; build it with Cosmos3SB3VecEnv.make(...)")
+                             f"{venv.autoreset_mode} and {array_type!r}; build it with Cosmos3SB3VecEnv.make(...)")
         self.venv = venv
         space = venv.single_action_space
         if rescale_actions and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
@@ -48,9 +51,12 @@ class Cosmos3SB3VecEnv(VecEnv):
 
     @classmethod
     def make(cls, env_id: str = "Cosmos3Rollout-v0", num_envs: int = 4, rescale_actions: bool = False,
-             **kwargs) -> "Cosmos3SB3VecEnv":
-        venv = Cosmos3RolloutVectorEnv(num_envs, env_id, autoreset_mode=AutoresetMode.SAME_STEP, array_type="numpy",
-                                       **kwargs)
+             num_workers: int | None = None, **kwargs) -> "Cosmos3SB3VecEnv":
+        """``num_workers=W``: the envs run on W Ray actors (:class:`~cosmos3_gym.ray_env.Cosmos3RayVectorEnv`)."""
+        if num_workers is None:
+            kwargs["array_type"] = "numpy"
+        venv = make_vector_env(num_envs, env_id, num_workers=num_workers, autoreset_mode=AutoresetMode.SAME_STEP,
+                               **kwargs)
         return cls(venv, rescale_actions)
 
     def _single_obs(self, obs: dict, i: int) -> dict:
@@ -114,7 +120,8 @@ class Cosmos3SB3VecEnv(VecEnv):
 
     def get_attr(self, attr_name: str, indices=None) -> list:
         if attr_name in PER_ENV_ATTRIBUTES:
-            return [getattr(self.venv.engine.episode(i), attr_name) for i in self._indices(indices)]
+            values = self.venv.episode_attribute(attr_name)
+            return [values[i] for i in self._indices(indices)]
         return [getattr(self.venv, attr_name)] * len(self._indices(indices))
 
     def set_attr(self, attr_name: str, value, indices=None) -> None:

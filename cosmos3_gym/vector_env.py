@@ -503,6 +503,13 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             self._rng = rng
         return seeds
 
+    def episode_attribute(self, name: str) -> list:
+        """``name`` (``prompt``, ``negative_prompt``, ``seed`` or ``step``) of every env's episode."""
+        if name not in ("prompt", "negative_prompt", "seed", "step"):
+            raise AttributeError(f"{name!r} is not a per-env episode attribute; use prompt, negative_prompt, seed or "
+                                 f"step")
+        return [getattr(self.engine.episode(i), name) for i in range(self.num_envs)]
+
     def get_state(self) -> dict:
         """A deep copy of every env's episode and the env's own RNG (restore with :meth:`set_state`)."""
         return {"engine": self.engine.get_state(), "rng": self._rng.bit_generator.state}

@@ -86,6 +86,24 @@ def test_a_killed_worker_is_named_and_a_new_env_works(local_ray):
     fresh.close()
 
 
+@pytest.mark.slow
+def test_sb3_runs_on_workers(local_ray):
+    from stable_baselines3.common.env_checker import check_env  # noqa: F401  (SB3 installed)
+
+    from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
+
+    env = Cosmos3SB3VecEnv.make("Cosmos3Rollout-v0", num_envs=2, num_workers=2, num_steps=2, reward="brightness",
+                                device="cpu")
+    env.seed(5)
+    obs = env.reset()
+    assert obs["latent"].shape[0] == 2 and env.get_attr("seed") == [5, 6]
+    for _ in range(2):
+        obs, rewards, dones, infos = env.step(np.tile(env.venv.default_action, (2, 1)))
+    assert dones.all() and all("terminal_observation" in info and "trajectory" in info for info in infos)
+    assert (obs["step"] == 0).all()  # same-step autoreset: the next episode's first observation
+    env.close()
+
+
 def test_bad_layouts_are_refused_before_any_worker_starts():
     with pytest.raises(ValueError, match="num_envs=3 must split into num_workers=2"):
         Cosmos3RayVectorEnv(3, num_workers=2)
