@@ -312,3 +312,48 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
         print(f"replay |exp(replay - rollout) - 1|, {name}, {errors.size} steps: max {errors.max():.2e}, "
               f"p99 {np.quantile(errors, 0.99):.2e}, median {np.median(errors):.2e}")
     print(f"speedup_vs_diffusers: {env_rate / pipe_rate:.2f}")
+
+
+def measure_workers(env_id: str, num_envs: int, workers: int, episodes: int, model_factory, **overrides
+                    ) -> dict[int, float]:
+    """Samples/s of the same episodes on 1 and on ``workers`` Ray workers (each building its model
+    with ``model_factory``), and whether env ``i``'s log-probs agree between the two."""
+    from .ray_env import Cosmos3RayVectorEnv
+
+    rates, log_probs = {}, {}
+    for count in (1, workers):
+        venv = Cosmos3RayVectorEnv(num_envs, env_id, num_workers=count, model=model_factory, reward="none",
+                                   **overrides)
+        actions = np.tile(venv.default_action, (num_envs, 1))
+
+        def episode(seed):
+            venv.reset(seed=seed)
+            steps = []
+            for _ in range(venv.preset.num_steps):
+                _, _, _, _, info = venv.step(actions)
+                steps.append(info["log_prob"])
+            return np.stack(steps, axis=1)
+
+        episode(10_000)  # warm-up: model build, kernel compilation
+        start = time.perf_counter()
+        log_probs[count] = [episode(1000 * e) for e in range(episodes)]
+        rates[count] = num_envs * episodes / (time.perf_counter() - start)
+        venv.close()
+    rates["same_log_probs"] = all(np.array_equal(a, b) for a, b in zip(log_probs[1], log_probs[workers]))
+    return rates
+
+
+def bench_workers(model: str, num_envs: int, height: int, width: int, num_frames: int, num_steps: int,
+                  guidance: float, episodes: int, workers: int) -> None:
+    """Samples/s of the vector env on 1 GPU against ``workers`` GPUs (one Ray actor each), one run."""
+    print(f"devices {torch.cuda.device_count()} x {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"model {model} ({MODEL_CONFIGS[model]}), request {num_frames}x{height}x{width}, {num_steps} steps, "
+          f"CFG {guidance}, {num_envs} envs")
+    factory = functools.partial(random_model, model, "cuda", torch.bfloat16)
+    rates = measure_workers("Cosmos3Rollout-v0", num_envs, workers, episodes, factory, num_frames=num_frames,
+                            height=height, width=width, num_steps=num_steps, guidance_scale=guidance,
+                            prompts=(PROMPT,))
+    print(f"one_worker: {rates[1]:.3f} samples/s")
+    print(f"{workers}_workers: {rates[workers]:.3f} samples/s")
+    print(f"env i's log-probs equal on 1 and {workers} workers: {rates['same_log_probs']}")
+    print(f"speedup_{workers}_workers_vs_1: {rates[workers] / rates[1]:.2f}")

@@ -147,6 +147,9 @@ def bench(args) -> int:
 
     if args.cpu:
         benchmarks.bench_cpu(args.num_envs, args.steps or 8, args.episodes, args.env)
+    elif args.workers:
+        benchmarks.bench_workers(args.model, args.num_envs, args.height, args.width, args.frames or 21,
+                                 args.steps or 10, args.guidance, args.episodes, args.workers)
     else:
         frames = args.frames or (21 if args.mode == "t2v" else 17)
         benchmarks.bench_gpu(args.model, args.num_envs, args.height, args.width, frames, args.steps or 10,
@@ -307,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=_positive_int, default=832, help="GPU: pixels (default: %(default)s)")
     p.add_argument("--frames", type=_positive_int, default=None, help="GPU: video frames (default 21; 17 in an "
                    "action mode: a chunk of 16 actions)")
+    p.add_argument("--workers", type=_positive_int, default=None, metavar="W", help="GPU: samples/s on W GPUs "
+                   "(one Ray actor each, the [ray] extra) against 1, same episodes")
     p.add_argument("--mode", choices=BENCH_MODES, default="t2v", help="GPU: text-to-video, or an action rollout "
                    "(each env conditioned on its own frame, and actions) against the pipeline's "
                    "CosmosActionCondition (default: %(default)s)")

@@ -32,6 +32,9 @@ class _Worker:
         from .vector_env import Cosmos3RolloutVectorEnv
 
         configure_threads()
+        model = kwargs.get("model")
+        if callable(model):
+            kwargs = {**kwargs, "model": model()}  # a factory: the model is built here, on this worker's device
         self.venv = Cosmos3RolloutVectorEnv(num_envs, preset, array_type="numpy", **kwargs)
         self._backup = None
 
@@ -89,7 +92,9 @@ class Cosmos3RayVectorEnv(VectorEnv):
     ``reset(seed=s)`` is seeded ``s + i`` and gets the prompt the in-process env would draw,
     whatever ``num_workers``: with the same seeds and actions, any ``num_workers`` gives the
     same latents and log-probs. Worker ``w`` holds envs ``[w * n, (w + 1) * n)``
-    (``n = num_envs / num_workers``, a multiple of ``group_size``). ``resources``: Ray
+    (``n = num_envs / num_workers``, a multiple of ``group_size``). ``model``: a zero-argument
+    function that builds the :class:`~cosmos3_gym.model.Cosmos3Model`, called on each worker
+    (default: each worker loads the preset's checkpoint). ``resources``: Ray
     resources of each actor, e.g. ``{"num_gpus": 1}`` (default on a machine with GPUs: one GPU
     each, else one CPU). Connects to a running Ray cluster or starts a local one
     (``ray.init``); :meth:`close` frees every actor.

@@ -1,6 +1,8 @@
 """Cosmos3RayVectorEnv on a local Ray instance with CPU workers: equal to the in-process vector
 env bit for bit, weight sync to every worker (all or nothing), a dead worker named."""
 
+import functools
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -102,6 +104,17 @@ def test_sb3_runs_on_workers(local_ray):
     assert dones.all() and all("terminal_observation" in info and "trajectory" in info for info in infos)
     assert (obs["step"] == 0).all()  # same-step autoreset: the next episode's first observation
     env.close()
+
+
+@pytest.mark.slow
+def test_the_workers_bench_on_cpu_workers(local_ray):
+    """`bench --workers`'s measurement, on CPU workers that each build the embedded model."""
+    from cosmos3_gym.bench import measure_workers
+    from cosmos3_gym.model import Cosmos3Model
+
+    rates = measure_workers("Cosmos3Rollout-v0", 2, 2, 1, functools.partial(Cosmos3Model.embedded, "cpu"),
+                            num_steps=2)
+    assert rates[1] > 0 and rates[2] > 0 and rates["same_log_probs"] is True
 
 
 def test_bad_layouts_are_refused_before_any_worker_starts():
