@@ -95,8 +95,8 @@ class Cosmos3RayVectorEnv(VectorEnv):
     (``n = num_envs / num_workers``, a multiple of ``group_size``). ``model``: a zero-argument
     function that builds the :class:`~cosmos3_gym.model.Cosmos3Model`, called on each worker
     (default: each worker loads the preset's checkpoint). ``resources``: Ray
-    resources of each actor, e.g. ``{"num_gpus": 1}`` (default on a machine with GPUs: one GPU
-    each, else one CPU). Connects to a running Ray cluster or starts a local one
+    resources of each actor, e.g. ``{"num_gpus": 1}`` (default: one GPU each where GPUs exist
+    and ``device`` is not ``"cpu"``, else one CPU); more than the cluster has is refused. Connects to a running Ray cluster or starts a local one
     (``ray.init``); :meth:`close` frees every actor.
 
     ``update_weights`` puts the tensors in Ray's object store once; every worker checks them
@@ -135,7 +135,14 @@ class Cosmos3RayVectorEnv(VectorEnv):
         if not ray.is_initialized():
             ray.init(include_dashboard=False, log_to_driver=False)
         if resources is None:
-            resources = {"num_gpus": 1} if torch.cuda.is_available() else {"num_cpus": 1}
+            on_gpu = torch.cuda.is_available() and str(env_kwargs.get("device", "cuda")).startswith("cuda")
+            resources = {"num_gpus": 1} if on_gpu else {"num_cpus": 1}
+        cluster = ray.cluster_resources()
+        for key, name in (("num_gpus", "GPU"), ("num_cpus", "CPU")):
+            wanted = num_workers * resources.get(key, 0)
+            if wanted > cluster.get(name, 0):  # the actors would wait forever for it
+                raise ValueError(f"num_workers={num_workers} x resources={resources} needs {wanted} {name}s; the Ray "
+                                 f"cluster has {cluster.get(name, 0)}: use fewer workers or smaller resources")
         actor = ray.remote(**resources)(_Worker)
         self._slices = [list(range(w * per_worker, (w + 1) * per_worker)) for w in range(num_workers)]
         worker_kwargs = {**env_kwargs, "group_size": group_size, "autoreset_mode": self.autoreset_mode}

@@ -65,7 +65,7 @@ def main(args: Args) -> None:
     optimizer = torch.optim.Adam(policy.transformer.parameters(), lr=args.learning_rate)
 
     rng = np.random.default_rng(args.seed)
-    success_rates = []
+    success_rates, mean_rewards = [], []
     for iteration in tqdm(range(args.iterations), desc="policy GRPO"):
         tasks = [sample_task(rng) for _ in range(args.num_groups)]
         venv.reset(seed=args.seed + iteration * num_envs, options={
@@ -76,6 +76,7 @@ def main(args: Args) -> None:
         per_env = [task for task in tasks for _ in range(args.group_size)]
         rewards, successes = true_world_rewards(per_env, np.stack(list(info["actions"])))
         success_rates.append(float(successes.mean()))
+        mean_rewards.append(float(rewards.mean()))
         grpo_update(policy, optimizer, list(info["trajectory"]),
                     group_advantages(torch.from_numpy(rewards), args.group_size), args.clip_range, args.epochs)
         venv.update_weights(policy.transformer.state_dict())
@@ -86,6 +87,8 @@ def main(args: Args) -> None:
                                        points="batch", windows=5)
     print(f"success rate over the first {window} iterations: {first:.3f}; over the last {window}: {last:.3f} "
           f"({num_envs} action chunks per iteration, weights_version {venv.weights_version})")
+    print(f"mean true-world reward over the first {window} iterations: {np.mean(mean_rewards[:window]):.3f}; over "
+          f"the last {window}: {np.mean(mean_rewards[-window:]):.3f}")
     print(f"wrote {out / 'policy_grpo.png'}")
 
 

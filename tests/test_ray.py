@@ -117,6 +117,12 @@ def test_the_workers_bench_on_cpu_workers(local_ray):
     assert rates[1] > 0 and rates[2] > 0 and rates["same_log_probs"] is True
 
 
+@pytest.mark.slow
+def test_more_workers_than_the_cluster_holds_is_refused(local_ray):
+    with pytest.raises(ValueError, match=r"needs 4 CPUs; the Ray cluster has 2"):
+        Cosmos3RayVectorEnv(4, num_workers=4, device="cpu")
+
+
 def test_bad_layouts_are_refused_before_any_worker_starts():
     with pytest.raises(ValueError, match="num_envs=3 must split into num_workers=2"):
         Cosmos3RayVectorEnv(3, num_workers=2)
