@@ -82,7 +82,7 @@ def main(args: Args) -> None:
         venv.update_weights(policy.transformer.state_dict())
 
     first, last, window = reward_curve(range(len(success_rates)), success_rates, out / "policy_grpo.png",
-                                       title="GRPO on Cosmos 3's policy mode, true-world reward",
+                                       title="policy mode in the true world, GRPO",
                                        xlabel="GRPO iteration", ylabel="success rate in the true world",
                                        points="batch", windows=5)
     print(f"success rate over the first {window} iterations: {first:.3f}; over the last {window}: {last:.3f} "
