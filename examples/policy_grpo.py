@@ -35,9 +35,9 @@ class Args:
     num_steps: int = 4  # denoising steps
     guidance_scale: float = 1.0  # GRPO teaches the conditional model itself (no CFG forward)
     noise_level: float = 0.7
-    iterations: int = 30
+    iterations: int = 40
     epochs: int = 2
-    learning_rate: float = 1e-5
+    learning_rate: float = 5e-5
     clip_range: float = 0.2
     seed: int = 0
     out: str = "out"
