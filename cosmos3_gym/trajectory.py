@@ -224,6 +224,11 @@ class Trajectory:
         tensors = load_file(str(path))
         if not isinstance(metadata, dict):
             raise ValueError(f"{str(path)!r}: the trajectory header is not a JSON object")
+        if "action_mode" not in metadata and not set(tensors) & set(OPTIONAL_TENSOR_FIELDS):
+            # Saved before sound and action streams existed: a video-only episode, all of its log-density video's.
+            metadata.update(action_mode="", domain="", clean_actions=[])
+            if "log_prob_sums" in tensors:
+                tensors.setdefault("log_prob_sums_video", tensors["log_prob_sums"].clone())
         names = set(METADATA_TYPES) | set(TENSOR_FIELDS)
         found = set(metadata) | set(tensors) - set(OPTIONAL_TENSOR_FIELDS)
         if found != names:

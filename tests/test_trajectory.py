@@ -110,3 +110,32 @@ def test_loading_refuses_another_configuration(make_env, tmp_path):
     assert Trajectory.load(path, expect={"num_frames": 9, "kind": "sde"}).num_steps == 2
     with pytest.raises(ValueError, match="num_frames=9; expected num_frames=1"):
         Trajectory.load(path, expect={"num_frames": 1})
+
+
+def test_a_file_saved_before_the_streams_existed_still_loads(tmp_path):
+    """Video-only trajectories saved without the stream fields load as video-only episodes."""
+    import json as _json
+
+    import gymnasium as gym
+    from safetensors.torch import load_file, save_file
+
+    from cosmos3_gym.trajectory import HEADER_KEY, Trajectory
+
+    env = gym.make("Cosmos3Rollout-v0", num_steps=2, reward="none")
+    env.reset(seed=0)
+    for _ in range(2):
+        *_, info = env.step(env.unwrapped.default_action)
+    new = tmp_path / "new.safetensors"
+    info["trajectory"].save(new)
+    from safetensors import safe_open
+
+    with safe_open(str(new), framework="pt") as handle:
+        header = _json.loads(handle.metadata()[HEADER_KEY])
+    for key in ("action_mode", "domain", "clean_actions"):
+        header.pop(key)
+    tensors = load_file(str(new))
+    tensors.pop("log_prob_sums_video")
+    old = tmp_path / "old.safetensors"
+    save_file(tensors, str(old), metadata={HEADER_KEY: _json.dumps(header)})
+    loaded = Trajectory.load(old)
+    assert loaded == info["trajectory"] and loaded.streams == ("video",)
