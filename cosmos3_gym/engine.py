@@ -433,12 +433,12 @@ class RolloutEngine:
         """A deep copy of every slot's episode (latents, generator state, step, grid, tokens, history)."""
         return {"episodes": [None if e is None else e.copy() for e in self.episodes], **self._config()}
 
-    def _check_episode(self, i: int, e) -> None:
+    def _check_episode(self, i, e, call: str = "set_state") -> None:
         """Raise ``ValueError`` unless ``e`` is an episode this engine can continue."""
         n, shape, device = self.num_steps, tuple(self.latent_shape), self.device
 
         def fail(what):
-            raise ValueError(f"set_state: env {i}'s episode {what}; it does not come from get_state() of this env")
+            raise ValueError(f"{call}: env {i}'s episode {what}; it does not come from an env of this configuration")
 
         if not isinstance(e, Episode):
             fail(f"is a {type(e).__name__}")
@@ -491,13 +491,18 @@ class RolloutEngine:
         with deferred_interrupts():
             self.episodes = restored
 
-    def prepare_fork(self, src: int, dst: list[int], seeds: list[int | None]) -> dict[int, Episode]:
-        """Copies of slot ``src``'s episode for ``dst``, child ``j`` reseeded with ``seeds[j]``
+    def prepare_fork(self, src: int | Episode, dst: list[int], seeds: list[int | None]) -> dict[int, Episode]:
+        """Copies of slot ``src``'s episode (or of the episode ``src``, from an engine of this
+        configuration, e.g. on another worker) for ``dst``, child ``j`` reseeded with ``seeds[j]``
         (``None`` keeps the parent's generator state, so that child reproduces the parent)."""
         if len(seeds) != len(dst):
             raise ValueError(f"fork: {len(seeds)} seeds for {len(dst)} children")
         seeds = [None if s is None else checked_seed(s, "seeds[j]") for s in seeds]
-        parent = self.episode(src)
+        if isinstance(src, int):
+            parent = self.episode(src)
+        else:
+            self._check_episode("source", src, call="fork")
+            parent = src
         children = {}
         for slot, seed in zip(dst, seeds):
             child = parent.copy()

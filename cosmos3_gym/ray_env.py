@@ -51,6 +51,15 @@ class _Worker:
     def fork(self, src, dst, seeds):
         return self.venv.fork(src, dst, seeds)
 
+    def export_episode(self, env):
+        return self.venv.export_episode(env)
+
+    def check_episode(self, episode) -> None:
+        self.venv.engine._check_episode("source", episode, call="fork")
+
+    def import_episode(self, episode, dst, seeds):
+        return self.venv.import_episode(episode, dst, seeds)
+
     def get_state(self):
         return self.venv.get_state()
 
@@ -106,7 +115,7 @@ class Cosmos3RayVectorEnv(VectorEnv):
 
     Defaults drawn by a worker (autoreset episodes' seeds and prompts; world scenes for
     conditioned presets) come from that worker's own generator; pass options to fix them.
-    :meth:`fork` branches within one worker's envs.
+    :meth:`fork` branches across workers (the episode travels through the object store).
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -256,14 +265,34 @@ class Cosmos3RayVectorEnv(VectorEnv):
         return obs, rewards, terminated, truncated, self._merge_infos([r[4] for r in results])
 
     def fork(self, src: int, dst: list[int], seeds: list[int | None] | None = None) -> list[int | None]:
-        """:meth:`Cosmos3RolloutVectorEnv.fork` within the worker that holds ``src``."""
-        worker = next(w for w, s in enumerate(self._slices) if src in s) if 0 <= src < self.num_envs else None
-        if worker is None or not all(d in self._slices[worker] for d in dst):
-            raise ValueError(f"fork(src={src}, dst={dst}): src and every dst must be envs of one worker "
-                             f"(worker slices: {[(s[0], s[-1]) for s in self._slices]})")
-        offset = self._slices[worker][0]
-        return self._gather([self._workers[worker].fork.remote(src - offset, [d - offset for d in dst], seeds)],
-                            "fork")[0]
+        """:meth:`Cosmos3RolloutVectorEnv.fork` across workers: env ``src``'s episode is copied to
+        every worker holding a ``dst`` env (checked there first, installed once all agree).
+        Default seeds are drawn here, so the children do not depend on the number of workers."""
+        n = self.num_envs
+        if isinstance(src, bool) or not isinstance(src, (int, np.integer)) or not 0 <= int(src) < n:
+            raise ValueError(f"fork(src={src!r}): src must be an env index in [0, {n})")
+        if not isinstance(dst, (list, tuple, np.ndarray)) or not dst or not all(
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) and 0 <= int(d) < n for d in dst):
+            raise ValueError(f"fork(dst={dst!r}): dst must be a non-empty list of env indices in [0, {n})")
+        src, dst = int(src), [int(d) for d in dst]
+        if src in dst or len(set(dst)) != len(dst):
+            raise ValueError(f"fork(src={src}, dst={dst}): dst must be distinct and must not contain src")
+        if seeds is None:
+            seeds = [int(s) for s in self._rng.integers(SEED_RANGE[0], SEED_RANGE[1], len(dst), endpoint=True)]
+        elif not isinstance(seeds, (list, tuple, np.ndarray)) or len(seeds) != len(dst):
+            raise ValueError(f"fork(seeds={seeds!r}): one seed (or None) per child")
+        per_worker = len(self._slices[0])
+        home = self._workers[src // per_worker]
+        episode = self._gather([home.export_episode.remote(src % per_worker)], "fork")[0]
+        targets = {}
+        for d, seed in zip(dst, seeds):
+            local = targets.setdefault(d // per_worker, ([], []))
+            local[0].append(d % per_worker)
+            local[1].append(seed)
+        self._gather([self._workers[w].check_episode.remote(episode) for w in targets], "fork (check)")
+        self._gather([self._workers[w].import_episode.remote(episode, d, s) for w, (d, s) in targets.items()],
+                     "fork")
+        return list(seeds)
 
     def episode_attribute(self, name: str) -> list:
         """``name`` (``prompt``, ``negative_prompt``, ``seed`` or ``step``) of every env's episode."""

@@ -495,9 +495,29 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             raise ValueError(f"fork(src={src}, dst={dst}): dst must be distinct and must not contain src")
         if self._needs_reset[src]:
             raise ValueError(f"fork(src={src}): env {src} has no running episode to branch")
+        return self.import_episode(self.engine.episode(src), dst, seeds)
+
+    def export_episode(self, env: int):
+        """A deep copy of env ``env``'s running episode (for :meth:`import_episode` elsewhere)."""
+        if isinstance(env, bool) or not isinstance(env, (int, np.integer)) or not 0 <= int(env) < self.num_envs \
+                or self._needs_reset[int(env)]:
+            raise ValueError(f"export_episode(env={env!r}): not an env index in [0, {self.num_envs}) with a running "
+                             f"episode")
+        return self.engine.episode(int(env)).copy()
+
+    def import_episode(self, episode, dst: list[int], seeds: list[int | None] | None = None) -> list[int | None]:
+        """Install copies of ``episode`` (from :meth:`export_episode` of an env of this configuration)
+        into envs ``dst``, reseeded like :meth:`fork`'s children. Checked whole first."""
+        n = self.num_envs
+        if not isinstance(dst, (list, tuple, np.ndarray)) or not all(
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dst):
+            raise ValueError(f"import_episode(dst={dst!r}): dst must be a list of env indices in [0, {n})")
+        dst = [int(d) for d in dst]
+        if not dst or len(set(dst)) != len(dst) or not all(0 <= d < n for d in dst):
+            raise ValueError(f"import_episode(dst={dst!r}): dst must be distinct env indices in [0, {n})")
         rng = self._rng_copy()
         seeds = self._draw_seeds(rng, len(dst)) if seeds is None else list(seeds)
-        children = self.engine.prepare_fork(src, dst, seeds)
+        children = self.engine.prepare_fork(episode, dst, seeds)
         with deferred_interrupts():
             self.engine.commit(resets=children)
             self._rng = rng

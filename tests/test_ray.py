@@ -118,6 +118,29 @@ def test_the_workers_bench_on_cpu_workers(local_ray):
 
 
 @pytest.mark.slow
+def test_fork_across_workers_equals_the_in_process_fork(local_ray):
+    def branch(venv):
+        venv.reset(seed=3)
+        actions = np.tile(venv.default_action, (4, 1))
+        venv.step(actions)
+        venv.fork(1, [0, 2, 3], seeds=[11, None, 13])  # env 1 lives on worker 0; envs 2 and 3 on worker 1
+        obs, _, _, _, infos = venv.step(actions)
+        return obs["latent"], infos["log_prob"]
+
+    local = gym.make_vec("Cosmos3Rollout-v0", num_envs=4, vectorization_mode="vector_entry_point", num_steps=STEPS,
+                         reward="none", device="cpu").unwrapped
+    expected = branch(local)
+    venv = Cosmos3RayVectorEnv(4, "Cosmos3Rollout-v0", num_workers=2, num_steps=STEPS, reward="none", device="cpu")
+    latents, log_probs = branch(venv)
+    np.testing.assert_array_equal(latents, expected[0])
+    np.testing.assert_array_equal(log_probs, expected[1])
+    np.testing.assert_array_equal(latents[2], latents[1])  # seed None: the parent's generator, the same step
+    with pytest.raises(ValueError, match="must not contain src"):
+        venv.fork(1, [1, 2])
+    venv.close()
+
+
+@pytest.mark.slow
 def test_more_workers_than_the_cluster_holds_is_refused(local_ray):
     with pytest.raises(ValueError, match=r"needs 4 CPUs; the Ray cluster has 2"):
         Cosmos3RayVectorEnv(4, num_workers=4, device="cpu")
