@@ -162,7 +162,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         self.frames = np.zeros((self.num_envs, self.size, self.size, 3), dtype=np.uint8)
         self.t = np.zeros(self.num_envs, dtype=np.int64)
         self.needs_reset = np.ones(self.num_envs, dtype=bool)
-        self._rngs = [np.random.default_rng(i) for i in range(self.num_envs)]
+        self._rngs = [np.random.default_rng() for _ in range(self.num_envs)]  # seeded by reset(seed=...)
 
     @property
     def model(self):
