@@ -16,7 +16,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .engine import SEED_RANGE, checked_seed
+from .engine import SEED_RANGE, per_env_seeds
 from .presets import Preset, load_preset
 from .spaces import checked_options
 
@@ -215,16 +215,8 @@ class Cosmos3RayVectorEnv(VectorEnv):
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
         options = checked_options(options, ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions",
                                             "domain"))
-        if isinstance(seed, (list, tuple, np.ndarray)):
-            if len(seed) != self.num_envs:
-                raise ValueError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs})")
-            seeds = [checked_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
-        elif seed is not None:
-            first = checked_seed(seed)
-            if first + self.num_envs - 1 > SEED_RANGE[1]:
-                raise ValueError(f"seed={seed} is too large for {self.num_envs} envs (env i gets seed + i)")
-            seeds = [first + i for i in range(self.num_envs)]
-        else:
+        seeds = per_env_seeds(seed, self.num_envs)
+        if seeds is None:
             seeds = [int(s) for s in self._rng.integers(SEED_RANGE[0], SEED_RANGE[1], self.num_envs, endpoint=True)]
         if "prompt" not in options and self.preset.conditioning == "none":
             # The in-process env's draw for reset(seed=s): one prompt per group from default_rng(s).
@@ -268,19 +260,11 @@ class Cosmos3RayVectorEnv(VectorEnv):
         """:meth:`Cosmos3RolloutVectorEnv.fork` across workers: env ``src``'s episode is copied to
         every worker holding a ``dst`` env (checked there first, installed once all agree).
         Default seeds are drawn here, so the children do not depend on the number of workers."""
-        n = self.num_envs
-        if isinstance(src, bool) or not isinstance(src, (int, np.integer)) or not 0 <= int(src) < n:
-            raise ValueError(f"fork(src={src!r}): src must be an env index in [0, {n})")
-        if not isinstance(dst, (list, tuple, np.ndarray)) or not dst or not all(
-                isinstance(d, (int, np.integer)) and not isinstance(d, bool) and 0 <= int(d) < n for d in dst):
-            raise ValueError(f"fork(dst={dst!r}): dst must be a non-empty list of env indices in [0, {n})")
-        src, dst = int(src), [int(d) for d in dst]
-        if src in dst or len(set(dst)) != len(dst):
-            raise ValueError(f"fork(src={src}, dst={dst}): dst must be distinct and must not contain src")
+        from .vector_env import checked_fork
+
+        src, dst = checked_fork(src, dst, seeds, self.num_envs)
         if seeds is None:
             seeds = [int(s) for s in self._rng.integers(SEED_RANGE[0], SEED_RANGE[1], len(dst), endpoint=True)]
-        elif not isinstance(seeds, (list, tuple, np.ndarray)) or len(seeds) != len(dst):
-            raise ValueError(f"fork(seeds={seeds!r}): one seed (or None) per child")
         per_worker = len(self._slices[0])
         home = self._workers[src // per_worker]
         episode = self._gather([home.export_episode.remote(src % per_worker)], "fork")[0]

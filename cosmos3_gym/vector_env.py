@@ -10,7 +10,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .engine import SEED_RANGE, RolloutEngine, checked_seed
+from .engine import SEED_RANGE, RolloutEngine, per_env_seeds, rng_continuation
 from .interrupts import deferred_interrupts
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
@@ -31,6 +31,25 @@ ARRAY_TYPES = ("numpy", "torch")
 STEP_INFO = (("log_prob", "log_prob"), ("log_prob_sum", "log_prob_sum"), ("sigma", "sigma"),
              ("sigma_next", "sigma_next"), ("timestep", "timestep"), ("guidance_scale", "guidance"),
              ("noise_level", "noise_level"))
+
+
+def checked_fork(src, dst, seeds, num_envs: int) -> tuple[int, list[int]]:
+    """``(src, dst)`` of ``fork(src, dst, seeds)`` as ints, or ``ValueError`` saying what is wrong."""
+    n = num_envs
+    if isinstance(src, bool) or not isinstance(src, (int, np.integer)) or not 0 <= int(src) < n:
+        raise ValueError(f"fork(src={src!r}): src must be an env index in [0, {n})")
+    if not isinstance(dst, (list, tuple, np.ndarray)):
+        raise ValueError(f"fork(dst={dst!r}): dst must be a list of env indices, e.g. fork({src}, [{dst}])")
+    if seeds is not None and (not isinstance(seeds, (list, tuple, np.ndarray)) or len(seeds) != len(dst)):
+        raise ValueError(f"fork(seeds={seeds!r}): seeds must be a list with one seed (or None) per child")
+    dst = list(dst)
+    if not dst or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= int(d) < n
+                      for d in dst):
+        raise ValueError(f"fork(dst={dst!r}): dst must be a non-empty list of env indices in [0, {n})")
+    src, dst = int(src), [int(d) for d in dst]
+    if src in dst or len(set(dst)) != len(dst):
+        raise ValueError(f"fork(src={src}, dst={dst}): dst must be distinct and must not contain src")
+    return src, dst
 
 
 def nan_error(step: int) -> str:
@@ -185,26 +204,15 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
 
     def _seeds(self, seed) -> tuple[list[int], np.random.Generator]:
         """Per-env seeds for ``reset(seed=...)`` and the env RNG to continue with (not installed)."""
-        if isinstance(seed, np.ndarray) and seed.ndim == 0:
-            seed = seed.item()
-        if isinstance(seed, (list, tuple, np.ndarray)):
-            if len(seed) != self.num_envs:
-                raise ValueError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs})")
-            seeds = [checked_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
+        seeds = per_env_seeds(seed, self.num_envs)
+        if seeds is not None:
             return seeds, np.random.default_rng(seeds[0])
-        if seed is not None:
-            first = checked_seed(seed)
-            if first + self.num_envs - 1 > SEED_RANGE[1]:
-                raise ValueError(f"seed={seed} is too large for {self.num_envs} envs (env i gets seed + i <= 2**63 - 1)")
-            return [first + i for i in range(self.num_envs)], np.random.default_rng(first)
         rng = self._rng_copy()
         return self._draw_seeds(rng, self.num_envs), rng
 
     def _rng_copy(self) -> np.random.Generator:
         """The env RNG's continuation, to draw from and install only once a call succeeds."""
-        rng = np.random.default_rng()
-        rng.bit_generator.state = self._rng.bit_generator.state
-        return rng
+        return rng_continuation(self._rng)
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
         options = checked_options(options, OPTION_KEYS)
@@ -479,20 +487,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         child reproduces the parent exactly. Returns the seeds used. Checked whole first: a
         bad argument changes no env.
         """
-        n = self.num_envs
-        if isinstance(src, bool) or not isinstance(src, (int, np.integer)) or not 0 <= int(src) < n:
-            raise ValueError(f"fork(src={src!r}): src must be an env index in [0, {n})")
-        if not isinstance(dst, (list, tuple, np.ndarray)):
-            raise ValueError(f"fork(dst={dst!r}): dst must be a list of env indices, e.g. fork({src}, [{dst}])")
-        if seeds is not None and not isinstance(seeds, (list, tuple, np.ndarray)):
-            raise ValueError(f"fork(seeds={seeds!r}): seeds must be a list with one seed (or None) per child")
-        dst = list(dst)
-        if not dst or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= int(d) < n
-                          for d in dst):
-            raise ValueError(f"fork(dst={dst!r}): dst must be a non-empty list of env indices in [0, {n})")
-        src, dst = int(src), [int(d) for d in dst]
-        if src in dst or len(set(dst)) != len(dst):
-            raise ValueError(f"fork(src={src}, dst={dst}): dst must be distinct and must not contain src")
+        src, dst = checked_fork(src, dst, seeds, self.num_envs)
         if self._needs_reset[src]:
             raise ValueError(f"fork(src={src}): env {src} has no running episode to branch")
         return self.import_episode(self.engine.episode(src), dst, seeds)

@@ -17,7 +17,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .engine import SEED_RANGE, checked_seed
+from .engine import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
 from .interrupts import deferred_interrupts
 from .presets import load_preset
 from .spaces import build_engine, checked_action, checked_options
@@ -170,17 +170,9 @@ class Cosmos3WorldVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
         checked_options(options, ())
-        if seed is None:
+        seeds = per_env_seeds(seed, self.num_envs)
+        if seeds is None:
             seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]
-        elif isinstance(seed, (list, tuple, np.ndarray)):
-            if len(seed) != self.num_envs:
-                raise ValueError(f"seed has {len(seed)} entries; expected one per env ({self.num_envs})")
-            seeds = [checked_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
-        else:
-            first = checked_seed(seed)
-            if first + self.num_envs - 1 > SEED_RANGE[1]:
-                raise ValueError(f"seed={seed} is too large for {self.num_envs} envs (env i gets seed + i)")
-            seeds = [first + i for i in range(self.num_envs)]
         rngs = [np.random.default_rng(s) for s in seeds]
         tasks = [sample_task(rng, self.size) for rng in rngs]
         with deferred_interrupts():
@@ -196,7 +188,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         resetting = np.flatnonzero(self.needs_reset).tolist()
         if resetting and self.autoreset_mode == AutoresetMode.DISABLED:
             raise RuntimeError(f"envs {resetting} have ended their episodes: call reset()")
-        rngs = [_copy(rng) for rng in self._rngs]
+        rngs = [rng_continuation(rng) for rng in self._rngs]
         stepping = [i for i in range(self.num_envs) if i not in resetting]
         tasks, frames, t = list(self.tasks), self.frames.copy(), self.t.copy()
         rewards = np.zeros(self.num_envs)
@@ -251,12 +243,6 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         if self.render_mode != "rgb_array":
             return None
         return tuple(frame.copy() for frame in self.frames)
-
-
-def _copy(rng: np.random.Generator) -> np.random.Generator:
-    copy = np.random.default_rng()
-    copy.bit_generator.state = rng.bit_generator.state
-    return copy
 
 
 class Cosmos3WorldEnv(gym.Env):
