@@ -56,6 +56,12 @@ def default_dtype(device) -> torch.dtype:
     return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
 
 
+def unit_frames(frames) -> list[np.ndarray]:
+    """uint8 frames ``[H, W, 3]`` as the float32 arrays in [0, 1] that diffusers' video processor
+    takes (it reads numpy frames as [0, 1] floats: uint8 ones would come out 255 times too bright)."""
+    return [np.asarray(frame, dtype=np.float32) / 255.0 for frame in frames]
+
+
 def _json(path: Path, what: str) -> dict:
     try:
         data = json.loads(path.read_text())
@@ -333,7 +339,8 @@ class Cosmos3Model:
             frames = _preprocess_conditioning_image(image, height=height, width=width).to(self.device, dtype)
             frames = frames.unsqueeze(2)
         else:
-            frames = pipe.video_processor.preprocess_video(video, height=height, width=width).to(self.device, dtype)
+            frames = pipe.video_processor.preprocess_video(unit_frames(video), height=height, width=width)
+            frames = frames.to(self.device, dtype)
         latent, clean = self._encode_leading(frames, num_frames)
         return Condition(latent=latent, clean_frames=clean)
 
@@ -380,7 +387,7 @@ class Cosmos3Model:
         the ``chunk`` given ``actions`` ``[chunk, raw_dim]``, zero-padded to the model's
         ``action_dim``, clean (``forward_dynamics``) or all action tokens generated."""
         pipe = self.pipeline
-        clip = [image] if image is not None else list(video)
+        clip = unit_frames([image] if image is not None else video)
         frames, size, _, _ = pipe._prepare_action_video_conditioning(clip, resolution_tier, chunk + 1,
                                                                      device=self.device, dtype=self.vae.dtype)
         given = frames.shape[2] if mode == "inverse_dynamics" else 1

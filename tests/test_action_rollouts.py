@@ -235,18 +235,40 @@ def test_leading_frames_encode_as_in_the_whole_padded_clip(tiny_model, mode):
 
             whole = _preprocess_conditioning_image(given[0], height=32, width=32).unsqueeze(2)
         else:
-            whole = pipe.video_processor.preprocess_video(given, height=32, width=32)
+            whole = pipe.video_processor.preprocess_video(pil(given), height=32, width=32)
         whole = torch.cat([whole, whole[:, :, -1:].expand(-1, -1, 9 - len(given), -1, -1)], dim=2)
         reference = pipe._encode_video(whole).float()[0]
     else:
         condition = encoded(tiny_model, mode, {"image": video[0]} if mode == "policy" else {"video": video})
         frames, size, _, _ = pipe._prepare_action_video_conditioning(
-            [video[0]] if mode == "policy" else list(video), 256, 9, device="cpu", dtype=torch.float32)
+            pil(video[:1] if mode == "policy" else video), 256, 9, device="cpu", dtype=torch.float32)
         reference = pipe._remove_action_video_padding_from_latent(pipe._encode_video(frames).float(), size)[0]
     clean = list(condition.clean_frames)
     assert clean == {"image": [0], "video": [0, 1], "policy": [0], "inverse_dynamics": [0, 1, 2]}[mode]
     assert torch.equal(condition.latent[:, clean], reference[:, clean])
     assert reference[:, clean].abs().max() > 0.1
+
+
+def pil(frames) -> list:
+    from PIL import Image
+
+    return [Image.fromarray(frame) for frame in frames]
+
+
+@pytest.mark.parametrize("mode", ["video", "policy", "inverse_dynamics"])
+def test_given_frames_are_encoded_in_the_vaes_pixel_range(tiny_model, mode):
+    """The clean latents decode back to the given frames: uint8 frames reach the VAE in [-1, 1],
+    as PIL images do in the pipeline (numpy frames are read as [0, 1] floats by diffusers)."""
+    video = clip(6)
+    if mode == "video":
+        condition, given = tiny_model.encode_condition(9, 32, 32, video=video[:5]), video[:5]
+    else:
+        condition = encoded(tiny_model, mode, {"image": video[0]} if mode == "policy" else {"video": video})
+        given = video[:1] if mode == "policy" else video
+    clean = list(condition.clean_frames)
+    frames = tiny_model.decode(condition.latent[None, :, clean])[0]
+    error = np.abs(frames.astype(float) - given[: len(frames)].astype(float)).mean()
+    assert error < 12.0, f"mean error {error:.1f} of 255: the condition is not the given frames"
 
 
 def test_sound_and_action_presets_refuse_a_model_without_those_heads(tiny_model):

@@ -76,6 +76,14 @@ def world_clip(seed: int, frames: int = 9):
     return render(sample_scene(np.random.default_rng(seed)), num_frames=frames)
 
 
+def as_pil(given: dict) -> dict:
+    """The frames as a diffusers user passes them to the pipeline: PIL images."""
+    from PIL import Image
+
+    return {key: Image.fromarray(value) if key == "image" else [Image.fromarray(f) for f in value]
+            for key, value in given.items()}
+
+
 @pytest.mark.parametrize("mode", ["image", "video"])
 def test_conditioned_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mode):
     """Image- and video-to-video: the clean frames, the per-token timesteps and the zero
@@ -96,7 +104,7 @@ def test_conditioned_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mod
     extra = {"condition_frame_indexes_vision": (0, 1)} if mode == "video" else {}
     expected = stock_pipeline(prompt, num_frames=9, height=32, width=32, num_inference_steps=steps,
                               guidance_scale=guidance, generator=torch.Generator().manual_seed(7),
-                              output_type="latent", enable_safety_check=False, **given, **extra).video
+                              output_type="latent", enable_safety_check=False, **as_pil(given), **extra).video
     final = engine.episode(0).latent[None]
     assert (final - engine.episode(0).latents[0]).abs().max() > 0.1  # the rollout moved
     torch.testing.assert_close(final, expected.float(), rtol=0, atol=1e-5)
@@ -125,10 +133,9 @@ def test_action_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mode):
         engine.step([0], torch.tensor([guidance]), torch.tensor([0.0]))
 
     extra = {"raw_actions": torch.from_numpy(actions)} if mode == "forward_dynamics" else {}
-    given = {"video": list(video)} if mode == "inverse_dynamics" else given
     expected = stock_pipeline(
         prompt, negative_prompt="blurry", num_inference_steps=steps, guidance_scale=guidance,
-        action=CosmosActionCondition(mode=mode, chunk_size=8, domain_name="pusht", resolution_tier=256, **given,
+        action=CosmosActionCondition(mode=mode, chunk_size=8, domain_name="pusht", resolution_tier=256, **as_pil(given),
                                      **extra),
         generator=torch.Generator().manual_seed(7), output_type="latent", enable_safety_check=False)
     episode = engine.episode(0)
