@@ -24,11 +24,11 @@ prompt lengths reuse one compiled kernel.
 from __future__ import annotations
 
 import functools
+import itertools
 
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from diffusers.models.transformers.transformer_cosmos3 import _rotate_half
@@ -66,10 +66,19 @@ ATTENTION_BACKENDS = ("sdpa", "flex")
 
 @dataclass
 class RowLayout:
-    """Each row's ``(start, end)`` in the packed und (text) and gen (vision) streams."""
+    """Runs of consecutive rows with equal lengths, each ``(und_start, gen_start, rows, und_len,
+    gen_len)`` in the packed und (text) and gen (vision) streams: a run attends as one batch."""
 
-    und_bounds: list[tuple[int, int]]
-    gen_bounds: list[tuple[int, int]]
+    runs: list[tuple[int, int, int, int, int]]
+
+    @classmethod
+    def of(cls, und_lengths: list[int], gen_lengths: list[int]) -> "RowLayout":
+        runs, und_start, gen_start = [], 0, 0
+        for lengths, group in itertools.groupby(zip(und_lengths, gen_lengths)):
+            count = len(list(group))
+            runs.append((und_start, gen_start, count, *lengths))
+            und_start, gen_start = und_start + count * lengths[0], gen_start + count * lengths[1]
+        return cls(runs)
 
 
 @dataclass
@@ -112,11 +121,6 @@ def _flex_attention(device_type: str):
 def _row_ids(lengths: list[int], device) -> torch.Tensor:
     """For each token of a packed stream, the index of the row it belongs to."""
     return torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
-
-
-def _bounds(lengths: list[int]) -> list[tuple[int, int]]:
-    ends = np.cumsum(lengths).tolist()
-    return [(end - length, end) for length, end in zip(lengths, ends)]
 
 
 class PackedRows:
@@ -209,7 +213,7 @@ class PackedRows:
         if attention == "flex":
             self.layout = _flex_layout(_row_ids(und_lengths, device), _row_ids(gen_lengths, device))
         else:
-            self.layout = RowLayout(_bounds(und_lengths), _bounds(gen_lengths))
+            self.layout = RowLayout.of(und_lengths, gen_lengths)
 
     def transformer_kwargs(self, latents: dict[str, list[torch.Tensor]], timesteps: list[float], dtype,
                            text_cached: bool = False) -> dict:
@@ -317,23 +321,22 @@ class PackedRowsAttnProcessor:
 
     @staticmethod
     def _sdpa(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):
-        def seq(x):  # packed [L, h, d] -> [1, h, L, d], the layout diffusers' native backend passes
-            return x.unsqueeze(0).permute(0, 2, 1, 3)
+        def seq(x, start, rows, length):  # packed [rows * length, h, d] -> [rows, h, length, d]
+            return x[start:start + rows * length].view(rows, length, *x.shape[1:]).transpose(1, 2)
 
-        def attend(q, k, v, causal):
-            out = F.scaled_dot_product_attention(seq(q), seq(k), seq(v), is_causal=causal, enable_gqa=True)
-            return out.permute(0, 2, 1, 3).squeeze(0).flatten(-2)
+        def attend(q, k, v, causal):  # -> packed [rows * length, h * d]
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+            return out.transpose(1, 2).flatten(-2).flatten(0, 1)
 
-        und_out = None
-        if und is not None:
-            q_und, k_und, _ = und
-            und_out = torch.cat([attend(q_und[a:b], k_und[a:b], v_und[a:b], True) for a, b in layout.und_bounds])
-        gen_out = torch.cat([
-            attend(q_gen[c:d], torch.cat([k_und_for_gen[a:b], k_gen[c:d]]), torch.cat([v_und[a:b], v_gen[c:d]]),
-                   False)
-            for (a, b), (c, d) in zip(layout.und_bounds, layout.gen_bounds)
-        ])
-        return und_out, gen_out
+        und_out, gen_out = [], []
+        for a, c, rows, und_len, gen_len in layout.runs:
+            if und is not None:
+                q_und, k_und, _ = und
+                und_out.append(attend(*(seq(x, a, rows, und_len) for x in (q_und, k_und, v_und)), True))
+            keys, values = (torch.cat([seq(text, a, rows, und_len), seq(vision, c, rows, gen_len)], dim=2)
+                            for text, vision in ((k_und_for_gen, k_gen), (v_und, v_gen)))
+            gen_out.append(attend(seq(q_gen, c, rows, gen_len), keys, values, False))
+        return (torch.cat(und_out) if und is not None else None), torch.cat(gen_out)
 
     @staticmethod
     def _flex(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):
