@@ -166,7 +166,7 @@ class Cosmos3Model:
         self.dtype = dtype
         self.transformer = pipeline.transformer
         # FlexAttention block-sparse kernels on accelerators (for real head sizes: its kernels need
-        # head_dim >= 64); padded SDPA, exact and simple, on the CPU and for toy models.
+        # head_dim >= 64); SDPA over runs of equal rows, exact and simple, on the CPU and for toy models.
         big_heads = self.transformer.config.head_dim >= 64
         if attention == "auto":
             attention = "flex" if self.device.type != "cpu" and big_heads else "sdpa"

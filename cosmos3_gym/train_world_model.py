@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .args import parse_args
-from .model import Cosmos3Model
+from .model import Cosmos3Model, unit_frames
 from .packing import RowSpec
 from .streams import checked_domain
 from .tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
@@ -57,12 +57,13 @@ class TrainArgs:
     lr: float = 5e-4
     uncond_prob: float = 0.1
     log_every: int = 50
-    max_minutes: float = 0.0  # > 0: end the transformer stage early once the whole run has taken this long
+    max_minutes: float = 0.0  # > 0: end the transformer stage once the whole run has taken this long
     init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
     task_weights: str = "t2v=1"  # e.g. t2v=3,t2i=1,forward_dynamics=2,inverse_dynamics=1,policy=1
     domain: str = "pusht"
     resolution_tier: int = 256
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
+    action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
 
 
 def _videos(rng_seed: int, count: int, device) -> tuple[torch.Tensor, list[str]]:
@@ -122,36 +123,61 @@ def _pixels(frames: np.ndarray, device) -> torch.Tensor:
     return torch.from_numpy(frames).to(device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
 
 
+@dataclass
+class ActionPool:
+    """Played-out chunks of the action world, encoded once: each clip padded into the resolution
+    tier's canvas, encoded and cropped back, as ``Cosmos3Model.encode_action_condition`` encodes
+    conditions (the VAE is causal, so latent frame 0 is also the policy / forward-dynamics
+    condition). The canvas encode is most of an action batch's cost; the pool pays it once."""
+
+    prompts: list[str]
+    latents: torch.Tensor  # [N, C, T, h, w]
+    commands: torch.Tensor  # [N, chunk, 2]
+
+    @classmethod
+    @torch.no_grad()
+    def build(cls, model: Cosmos3Model, count: int, expert: bool, seed: int, tier: int, device) -> "ActionPool":
+        from tqdm import tqdm
+
+        pipe, rng, chunk = model.pipeline, np.random.default_rng(seed), NUM_FRAMES - 1
+        prompts, latents, commands = [], [], []
+        for start in tqdm(range(0, count, 32), desc=f"{'expert' if expert else 'random'} action pool"):
+            tasks, frames, moves = action_chunks(rng, min(32, count - start), chunk, expert=expert)
+            canvases = [pipe._prepare_action_video_conditioning(unit_frames(clip), tier, NUM_FRAMES, device=device,
+                                                                dtype=torch.float32) for clip in frames]
+            size = canvases[0][1]
+            latents.append(pipe._remove_action_video_padding_from_latent(
+                pipe._encode_video(torch.cat([canvas for canvas, *_ in canvases])), size).float())
+            prompts += [task.prompt for task in tasks]
+            commands.append(torch.from_numpy(moves))
+        return cls(prompts, torch.cat(latents), torch.cat(commands).to(device))
+
+
 @torch.no_grad()
 def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, seed: int, rng: np.random.Generator,
-                   tokens: dict) -> tuple[list[RowSpec], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+                   tokens: dict, pools: dict[str, ActionPool]
+                   ) -> tuple[list[RowSpec], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One batch of ``task``: its rows, the clean latents ``x0`` per stream and, per stream, the
-    mask of the elements the model generates (the loss's elements; the rest stays at ``x0``)."""
-    pipe, chunk = model.pipeline, NUM_FRAMES - 1
+    mask of the elements the model generates (the loss's elements; the rest stays at ``x0``).
+    Action tasks draw from ``pools`` (``"expert"`` for the policy, ``"random"`` for dynamics)."""
+    chunk = NUM_FRAMES - 1
     action = task in ("forward_dynamics", "inverse_dynamics", "policy")
     if action:
-        tasks, frames, commands = action_chunks(np.random.default_rng(seed), args.batch, chunk,
-                                                expert=task == "policy")
-        prompts = [t.prompt for t in tasks]
+        pool = pools["expert" if task == "policy" else "random"]
+        index = torch.from_numpy(rng.integers(0, len(pool.prompts), args.batch)).to(pool.latents.device)
+        video, commands = pool.latents[index], pool.commands[index]
+        prompts = [pool.prompts[i] for i in index.tolist()]
+        num_frames = NUM_FRAMES
     else:
         frames, scenes = dataset(seed, args.batch, NUM_FRAMES, SIZE)
         if task == "t2i":
             frames = frames[:, :1]
         prompts = [f"a {s.size} {s.color} {s.shape}" if task == "t2i" else s.caption for s in scenes]
-    num_frames = frames.shape[1]
-    video = pipe._encode_video(_pixels(frames, args.device))
+        num_frames = frames.shape[1]
+        video = model.pipeline._encode_video(_pixels(frames, args.device))
     generated_frames = torch.ones(video.shape[2], dtype=torch.bool, device=args.device)
-    if action:  # the clean frames come from the canvas, as the pipeline conditions on them
+    if action:  # the clean latent frames: the first (policy, forward dynamics) or all (inverse dynamics)
         given = num_frames if task == "inverse_dynamics" else 1
-        canvases = []
-        for clip in frames:
-            canvas, size, _, _ = pipe._prepare_action_video_conditioning(
-                list(clip[:given]), args.resolution_tier, given, device=args.device, dtype=video.dtype)
-            canvases.append(canvas)
-        for start in range(0, len(canvases), 16):
-            clean = pipe._remove_action_video_padding_from_latent(
-                pipe._encode_video(torch.cat(canvases[start:start + 16])), size)
-            video[start:start + 16, :, : clean.shape[2]] = clean
         generated_frames[: (given - 1) // model.temporal_compression + 1] = False
     grid = video.shape[2:]
     clean_frames = tuple(int(f) for f in torch.nonzero(~generated_frames).flatten())
@@ -171,11 +197,15 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, seed: int, r
             extra = dict(action_len=chunk, clean_actions=tuple(range(chunk)) if task == "forward_dynamics" else (),
                          domain_id=domain_id, raw_action_dim=raw_dim)
         rows.append(RowSpec(ids, *grid, FPS, clean_frames, **extra))
+    # rows of equal text length next to each other: each such run attends as one batch
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
+    rows, order = [rows[i] for i in order], torch.tensor(order, device=video.device)
+    video = video[order]
     x0 = {"video": video}
     generated = {"video": generated_frames.view(1, 1, -1, 1, 1).expand_as(video)}
     if action:
         padded = torch.zeros((args.batch, chunk, model.transformer.config.action_dim), device=args.device)
-        padded[:, :, :raw_dim] = torch.from_numpy(commands).to(args.device)
+        padded[:, :, :raw_dim] = commands[order]
         x0["action"] = padded
         mask = torch.zeros_like(padded, dtype=torch.bool)
         if task != "forward_dynamics":
@@ -193,11 +223,19 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     weights = _weights(args.task_weights)
     tokens: dict = {}
     rng = np.random.default_rng(args.data_seed)
+    pools = {}
+    if {"forward_dynamics", "inverse_dynamics"} & set(weights):
+        pools["random"] = ActionPool.build(model, args.action_pool, False, args.data_seed * 1_000_003 + 3 * 10**6,
+                                           args.resolution_tier, args.device)
+    if "policy" in weights:
+        pools["expert"] = ActionPool.build(model, args.action_pool // 2, True,
+                                           args.data_seed * 1_000_003 + 4 * 10**6, args.resolution_tier, args.device)
     names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
+    started = time.time()
     for step in tqdm(range(args.steps), desc="transformer"):
         task = names[int(rng.choice(len(names), p=p))]
         rows, x0, generated = training_batch(model, task, args, args.data_seed * 1_000_003 + 2 * 10**6 + step,
-                                             rng, tokens)
+                                             rng, tokens, pools)
         # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training
         sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float()).to(args.device)
         noise = {name: torch.randn_like(x) for name, x in x0.items()}
@@ -214,7 +252,10 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
             predicted = torch.stack([v[name] for v in velocity])
             if generated[name].any():
                 loss = loss + ((predicted - (noise[name] - x)) ** 2)[generated[name]].mean()
-        _update(optimizer, loss, transformer.parameters(), _lr(step, args.steps, args.lr))
+        # with a time budget the cosine decays on whichever of steps and time runs out first
+        progress = step if started >= deadline else max(
+            step, int(args.steps * (time.time() - started) / (deadline - started)))
+        _update(optimizer, loss, transformer.parameters(), _lr(progress, args.steps, args.lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
             log.append({"stage": "transformer", "step": step, "task": task, "loss": loss.item()})

@@ -68,7 +68,7 @@ def test_trainer_continues_a_checkpoint_on_every_task(tmp_path):
     from cosmos3_gym.train_world_model import main
 
     main(["--device", "cpu", "--init-from", str(TINY_CHECKPOINT), "--vae-steps", "0", "--steps", "5", "--batch",
-          "2", "--log-every", "1", "--data-seed", "3", "--out", str(tmp_path),
+          "2", "--log-every", "1", "--data-seed", "3", "--action-pool", "4", "--out", str(tmp_path),
           "--task-weights", "t2v=1,t2i=1,forward_dynamics=1,inverse_dynamics=1,policy=1"])
     record = json.loads((tmp_path / "training.json").read_text())
     assert len({r["task"] for r in record["log"]}) >= 3 and all(np.isfinite(r["loss"]) for r in record["log"])
@@ -79,6 +79,23 @@ def test_trainer_continues_a_checkpoint_on_every_task(tmp_path):
                        load_file(tmp_path / "vae" / "diffusion_pytorch_model.safetensors")["encoder.conv_in.weight"])
     with pytest.raises(ValueError, match="task_weights='walk=1'"):
         main(["--device", "cpu", "--vae-steps", "0", "--steps", "1", "--task-weights", "walk=1", "--out", str(tmp_path)])
+
+
+def test_action_pool_holds_the_conditions_the_envs_encode():
+    """The trainer's action clips are the latents the action envs condition on (up to the rounding
+    of a batched encode against one clip at a time)."""
+    from cosmos3_gym.train_world_model import ActionPool
+    from cosmos3_gym.world import action_chunks
+
+    model = Cosmos3Model.from_pretrained(TINY_CHECKPOINT, device="cpu")
+    pool = ActionPool.build(model, 2, False, 5, 256, "cpu")
+    tasks, frames, commands = action_chunks(np.random.default_rng(5), 2, 8)
+    assert pool.prompts == [task.prompt for task in tasks] and torch.equal(pool.commands, torch.from_numpy(commands))
+    for i in range(2):
+        inverse = model.encode_action_condition("inverse_dynamics", 8, 256, video=frames[i]).latent
+        torch.testing.assert_close(pool.latents[i], inverse, rtol=0, atol=1e-5)
+        policy = model.encode_action_condition("policy", 8, 256, image=frames[i][0]).latent
+        torch.testing.assert_close(pool.latents[i][:, 0], policy[:, 0], rtol=0, atol=1e-5)
 
 
 # --- the loader reads no pickle and instantiates only allow-listed classes ----------------------------------
