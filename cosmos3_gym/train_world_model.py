@@ -172,7 +172,7 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, seed: int, r
         frames, scenes = dataset(seed, args.batch, NUM_FRAMES, SIZE)
         if task == "t2i":
             frames = frames[:, :1]
-        prompts = [f"a {s.size} {s.color} {s.shape}" if task == "t2i" else s.caption for s in scenes]
+        prompts = [s.image_caption if task == "t2i" else s.caption for s in scenes]
         num_frames = frames.shape[1]
         video = model.pipeline._encode_video(_pixels(frames, args.device))
     generated_frames = torch.ones(video.shape[2], dtype=torch.bool, device=args.device)

@@ -47,6 +47,10 @@ class Scene:
     def caption(self) -> str:
         return f"a {self.size} {self.color} {self.shape} {self.verb}"
 
+    @property
+    def image_caption(self) -> str:  # a still frame shows no motion
+        return f"a {self.size} {self.color} {self.shape}"
+
 
 def sample_scene(rng: np.random.Generator, num_frames: int = 9, size: int = 32) -> Scene:
     """A random scene whose object stays inside the frame for ``num_frames`` frames."""
