@@ -37,19 +37,23 @@ class _Worker:
             kwargs = {**kwargs, "model": model()}  # a factory: the model is built here, on this worker's device
         self.venv = Cosmos3RolloutVectorEnv(num_envs, preset, array_type="numpy", **kwargs)
         self._backup = None
+        self._before = None  # this worker's state before its last successful changing call
 
     def spaces(self):
         v = self.venv
         return v.single_observation_space, v.single_action_space, v.default_action, v.metadata
 
-    def reset(self, seeds, options):
-        return self.venv.reset(seed=seeds, options=options)
+    def call(self, method: str, *args, **kwargs):
+        """The vector env's ``method`` (``reset``, ``step``, ``import_episode``, ``set_state``),
+        remembering the state from before it: :meth:`undo` puts it back when another worker's
+        part of the same call failed. A call that raises here has already changed nothing."""
+        before = self.venv.get_state()
+        result = getattr(self.venv, method)(*args, **kwargs)
+        self._before = before
+        return result
 
-    def step(self, actions):
-        return self.venv.step(actions)
-
-    def fork(self, src, dst, seeds):
-        return self.venv.fork(src, dst, seeds)
+    def undo(self) -> None:
+        self.venv.set_state(self._before)
 
     def export_episode(self, env):
         return self.venv.export_episode(env)
@@ -57,14 +61,8 @@ class _Worker:
     def check_episode(self, episode) -> None:
         self.venv.engine._check_episode("source", episode, call="fork")
 
-    def import_episode(self, episode, dst, seeds):
-        return self.venv.import_episode(episode, dst, seeds)
-
     def get_state(self):
         return self.venv.get_state()
-
-    def set_state(self, state):
-        self.venv.set_state(state)
 
     def check_weights(self, weights) -> None:
         from .weights import checked_updates
@@ -173,9 +171,34 @@ class Cosmos3RayVectorEnv(VectorEnv):
             try:
                 results.append(ray.get(ref))
             except RayActorError as error:
-                raise RuntimeError(f"{what}: Ray worker {w} (envs {self._slices[w][0]}-{self._slices[w][-1]}) died "
-                                   f"({type(error).__name__}); close() this env and build a new one") from error
+                raise self._died(w, what, error) from error
         return results
+
+    def _died(self, w: int, what: str, error: BaseException) -> RuntimeError:
+        return RuntimeError(f"{what}: Ray worker {w} (envs {self._slices[w][0]}-{self._slices[w][-1]}) died "
+                            f"({type(error).__name__}); close() this env and build a new one")
+
+    def _transact(self, what: str, calls: dict) -> list:
+        """``{worker index: (method, args, kwargs)}`` run on those workers at once, all or nothing:
+        if any raises (or died), the workers that succeeded are undone before the first error is
+        raised, so the vector env is as it was. Costs each worker one copy of its state per call."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        refs = {w: self._workers[w].call.remote(method, *args, **kwargs) for w, (method, args, kwargs) in calls.items()}
+        results, errors = {}, []
+        for w, ref in refs.items():
+            try:
+                results[w] = ray.get(ref)
+            except BaseException as error:  # noqa: BLE001  (raised below, once the others are undone)
+                errors.append((w, error))
+        if errors:
+            self._gather([self._workers[w].undo.remote() for w in results], f"{what} (undo)")
+            w, error = errors[0]
+            if isinstance(error, RayActorError):
+                raise self._died(w, what, error) from error
+            raise error
+        return [results[w] for w in sorted(results)]
 
     def _split(self, value, name: str) -> list:
         """A per-env list option as one slice per worker (a str or a per-group list goes whole)."""
@@ -238,8 +261,8 @@ class Cosmos3RayVectorEnv(VectorEnv):
                 parts = self._split(value, key)
             for w, part in enumerate(parts):
                 per_worker[w][key] = part
-        results = self._gather([w.reset.remote([seeds[i] for i in s], o or None)
-                                for w, s, o in zip(self._workers, self._slices, per_worker)], "reset")
+        results = self._transact("reset", {w: ("reset", (), {"seed": [seeds[i] for i in s], "options": o or None})
+                                           for w, (s, o) in enumerate(zip(self._slices, per_worker))})
         obs = {key: np.concatenate([r[0][key] for r in results]) for key in results[0][0]}
         return obs, self._merge_infos([r[1] for r in results])
 
@@ -250,8 +273,8 @@ class Cosmos3RayVectorEnv(VectorEnv):
         if actions.shape != (self.num_envs, *self.single_action_space.shape):
             raise ValueError(f"actions have shape {actions.shape}; expected "
                              f"{(self.num_envs, *self.single_action_space.shape)}")
-        results = self._gather([w.step.remote(actions[s[0]:s[-1] + 1]) for w, s in zip(self._workers, self._slices)],
-                               "step")
+        results = self._transact("step", {w: ("step", (actions[s[0]:s[-1] + 1],), {})
+                                          for w, s in enumerate(self._slices)})
         obs = {key: np.concatenate([r[0][key] for r in results]) for key in results[0][0]}
         rewards, terminated, truncated = (np.concatenate([r[k] for r in results]) for k in (1, 2, 3))
         return obs, rewards, terminated, truncated, self._merge_infos([r[4] for r in results])
@@ -274,8 +297,7 @@ class Cosmos3RayVectorEnv(VectorEnv):
             local[0].append(d % per_worker)
             local[1].append(seed)
         self._gather([self._workers[w].check_episode.remote(episode) for w in targets], "fork (check)")
-        self._gather([self._workers[w].import_episode.remote(episode, d, s) for w, (d, s) in targets.items()],
-                     "fork")
+        self._transact("fork", {w: ("import_episode", (episode, d, s), {}) for w, (d, s) in targets.items()})
         return list(seeds)
 
     def episode_attribute(self, name: str) -> list:
@@ -289,7 +311,7 @@ class Cosmos3RayVectorEnv(VectorEnv):
     def set_state(self, state: list) -> None:
         if not isinstance(state, list) or len(state) != self.num_workers:
             raise ValueError(f"set_state expects the list get_state() returned ({self.num_workers} workers)")
-        self._gather([w.set_state.remote(s) for w, s in zip(self._workers, state)], "set_state")
+        self._transact("set_state", {w: ("set_state", (s,), {}) for w, s in enumerate(state)})
 
     @property
     def weights_version(self) -> int:

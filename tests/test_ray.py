@@ -53,6 +53,31 @@ def test_workers_equal_the_in_process_env_bit_for_bit(local_ray):
 
 
 @pytest.mark.slow
+def test_a_call_failing_on_one_worker_changes_no_worker(local_ray):
+    """Worker 1 refuses its part of a reset (env 3's prompt is not a str) after worker 0 has done
+    its part: worker 0 is undone, and the episode goes on exactly as if the call never happened."""
+    def run(venv, interrupt):
+        venv.reset(seed=11)
+        actions = np.tile(venv.default_action, (4, 1))
+        venv.step(actions)
+        if interrupt:
+            before = venv.episode_attribute("seed"), venv.episode_attribute("step")
+            with pytest.raises(ValueError, match="prompt must be a str, got int"):
+                venv.reset(seed=5, options={"prompt": ["a red ball", "a blue ball", "a green ball", 3]})
+            assert (venv.episode_attribute("seed"), venv.episode_attribute("step")) == before
+        obs, *_ = venv.step(actions)
+        return obs["latent"]
+
+    latents = []
+    for interrupt in (True, False):  # one after the other: the local cluster holds two workers
+        venv = Cosmos3RayVectorEnv(4, "Cosmos3Rollout-v0", num_workers=2, num_steps=STEPS, reward="none",
+                                   device="cpu")
+        latents.append(run(venv, interrupt))
+        venv.close()
+    np.testing.assert_array_equal(latents[0], latents[1])
+
+
+@pytest.mark.slow
 def test_weight_sync_reaches_every_worker_or_none(local_ray, tiny_model):
     venv = Cosmos3RayVectorEnv(4, "Cosmos3Rollout-v0", num_workers=2, num_steps=STEPS, reward="none", device="cpu")
     assert venv.weights_version == 0
