@@ -108,8 +108,11 @@ class Cosmos3RayVectorEnv(VectorEnv):
 
     ``update_weights`` puts the tensors in Ray's object store once; every worker checks them
     before any loads them, and if a load fails anywhere the workers already updated are
-    restored: all workers report the same ``weights_version``. A worker that died (killed,
-    out of memory) turns the next call into a ``RuntimeError`` naming it and its envs.
+    restored: all workers report the same ``weights_version``. ``reset``, ``step``, ``fork`` and
+    ``set_state`` are all or nothing too: when one worker's part raises (a bad option for its
+    envs, a reward function, Ctrl-C there), the workers that succeeded are put back, so the
+    vector env is as it was (each worker keeps one copy of its state per call for this). A worker
+    that died (killed, out of memory) turns the next call into a ``RuntimeError`` naming it and its envs.
 
     Defaults drawn by a worker (autoreset episodes' seeds and prompts; world scenes for
     conditioned presets) come from that worker's own generator; pass options to fix them.
