@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from .model import Cosmos3Model
+from .streams import LOG_PROB_SUMS
 from .trajectory import Trajectory
 from .transition import replay_log_probs
 
@@ -20,14 +21,23 @@ def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 def grpo_update(policy: Cosmos3Model, optimizer: torch.optim.Optimizer, trajectories: Sequence[Trajectory],
-                advantages: torch.Tensor, clip_range: float = 0.2, epochs: int = 2) -> float:
+                advantages: torch.Tensor, clip_range: float = 0.2, epochs: int = 2,
+                streams: Sequence[str] | None = None) -> float:
     """``epochs`` clipped-ratio policy-gradient steps of ``policy`` on ``trajectories``; the first
-    ratio is exactly 1 (the replay repeats the rollout). Returns the last loss."""
-    old_log_probs = torch.stack([t.log_probs for t in trajectories])  # [B, N]
+    ratio is exactly 1 (the replay repeats the rollout). ``streams``: score only these, by their
+    exact log-density (the stored per-stream sums; e.g. the 16 action elements of a policy
+    rewarded on its actions); default: every stream, by the per-element mean log-prob as
+    Flow-GRPO does for images. Returns the last loss."""
+    if streams is None:
+        old_log_probs, reduction = torch.stack([t.log_probs for t in trajectories]), "mean"  # [B, N]
+    else:
+        old_log_probs = torch.stack([sum(getattr(t, LOG_PROB_SUMS[name]) for name in streams) for t in trajectories])
+        reduction = "sum"
     advantages = advantages.to(old_log_probs.device)
     for _ in range(epochs):
         with torch.enable_grad():
-            ratio = torch.exp(replay_log_probs(policy, list(trajectories)).cpu() - old_log_probs)
+            new_log_probs = replay_log_probs(policy, list(trajectories), reduction=reduction, streams=streams)
+            ratio = torch.exp(new_log_probs.cpu() - old_log_probs)
             clipped = ratio.clamp(1 - clip_range, 1 + clip_range)
             loss = -torch.minimum(ratio * advantages, clipped * advantages).mean()
         optimizer.zero_grad(set_to_none=True)

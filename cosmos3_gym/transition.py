@@ -64,6 +64,7 @@ class JointStep:
     log_prob: torch.Tensor  # [b]
     log_prob_sum: torch.Tensor  # [b]
     log_prob_sums: dict[str, torch.Tensor]  # per stream, [b]
+    num_scored: dict[str, torch.Tensor]  # per stream, [b]: the generated elements its log-density covers
     deterministic: torch.Tensor  # [b] bool
 
 
@@ -99,6 +100,7 @@ def transition(model: Cosmos3Model, packed: PackedRows, latents: dict[str, torch
         next_sample={name: step.next_sample for name, step in steps.items()}, velocity=velocity,
         log_prob=log_prob_sum / count, log_prob_sum=log_prob_sum,
         log_prob_sums={name: step.log_prob_sum for name, step in steps.items()},
+        num_scored={name: step.num_scored for name, step in steps.items()},
         deterministic=torch.stack([step.deterministic for step in steps.values()]).all(dim=0),
     )
 
@@ -119,7 +121,7 @@ def trajectory_row(model: Cosmos3Model, trajectory: Trajectory) -> RowSpec:
 
 def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Trajectory],
                      steps: Sequence[int] | None = None, micro_batch: int | None = None,
-                     reduction: str = "mean") -> torch.Tensor:
+                     reduction: str = "mean", streams: Sequence[str] | None = None) -> torch.Tensor:
     """Recompute stored steps' log-probs with ``model``'s current weights (the trainer's side).
 
     No rollout engine is needed. For each requested step ``k`` (default: all; Flow-GRPO
@@ -140,7 +142,9 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
 
     Returns ``[len(steps)]`` for one trajectory, ``[B, len(steps)]`` for a list;
     ``reduction="sum"`` gives the exact log-density (``log_prob_sums``) instead of the
-    per-element mean.
+    per-element mean. ``streams`` (default: all the trajectories have) scores only those
+    streams, e.g. ``("action",)`` for a policy rewarded on its actions alone: the log-density of
+    the others' elements carries no signal about the reward, only variance.
     """
     single = isinstance(trajectories, Trajectory)
     batch = [trajectories] if single else list(trajectories)
@@ -160,6 +164,10 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
                                                   and 0 <= k < n for k in steps):
         raise ValueError(f"steps={steps!r} must be step indices (ints) in [0, {n}) for trajectories of {n} steps")
     steps = [int(k) for k in steps]
+    scored = list(batch[0].streams) if streams is None else streams
+    if isinstance(scored, str) or not scored or not set(scored) <= set(batch[0].streams):
+        raise ValueError(f"streams={streams!r} must be a non-empty list of the trajectories' streams "
+                         f"{list(batch[0].streams)}")
     size = len(batch) if micro_batch is None else micro_batch
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise ValueError(f"micro_batch={micro_batch!r} must be a positive integer or None")
@@ -195,7 +203,8 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
                 torch.stack([t.guidance_scales[k] for t in chunk]), sigmas[:, k], sigmas[:, k + 1],
                 torch.stack([t.noise_levels[k] for t in chunk]).to(model.device), sigmas[:, 1], chunk[0].kind,
                 next_sample={name: x[:, k + 1] for name, x in streams.items()})
-            rows.append(step.log_prob if reduction == "mean" else step.log_prob_sum)
+            total = sum(step.log_prob_sums[name] for name in scored)
+            rows.append(total / sum(step.num_scored[name] for name in scored) if reduction == "mean" else total)
         out.append(torch.stack(rows, dim=1))
     result = torch.cat(out)
     return result[0] if single else result

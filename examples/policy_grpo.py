@@ -39,6 +39,7 @@ class Args:
     epochs: int = 2
     learning_rate: float = 5e-5
     clip_range: float = 0.2
+    streams: str = "video,action"  # the log-probs trained: "video,action" (joint, per-element mean) or "action"
     seed: int = 0
     out: str = "out"
 
@@ -56,6 +57,9 @@ def main(args: Args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     num_envs = args.num_groups * args.group_size
+    streams = tuple(name.strip() for name in args.streams.split(","))
+    if not streams or not set(streams) <= {"video", "action"}:
+        raise ValueError(f"--streams {args.streams!r}: choose 'video,action' or 'action'")
     venv = gym.make_vec("Cosmos3PolicyRollout-v0", num_envs=num_envs, vectorization_mode="vector_entry_point",
                         group_size=args.group_size, num_steps=args.num_steps, guidance_scale=args.guidance_scale,
                         noise_level=args.noise_level, reward="none", array_type="torch", device="cpu")
@@ -78,7 +82,8 @@ def main(args: Args) -> None:
         success_rates.append(float(successes.mean()))
         mean_rewards.append(float(rewards.mean()))
         grpo_update(policy, optimizer, list(info["trajectory"]),
-                    group_advantages(torch.from_numpy(rewards), args.group_size), args.clip_range, args.epochs)
+                    group_advantages(torch.from_numpy(rewards), args.group_size), args.clip_range, args.epochs,
+                    streams=None if set(streams) == {"video", "action"} else streams)
         venv.update_weights(policy.transformer.state_dict())
 
     first, last, window = reward_curve(range(len(success_rates)), success_rates, out / "policy_grpo.png",

@@ -146,6 +146,12 @@ def test_replay_reproduces_every_mode_and_survives_a_file(make, tiny_model, mode
     for source in (trajectory, loaded):
         ratio = torch.exp(replay_log_probs(tiny_model, source) - source.log_probs)
         assert (ratio - 1).abs().max() < 1e-6
+    for name in trajectory.streams:  # one stream at a time: its stored exact log-density
+        stored = getattr(trajectory, f"log_prob_sums_{name}")
+        torch.testing.assert_close(replay_log_probs(tiny_model, trajectory, reduction="sum", streams=[name]),
+                                   stored, rtol=1e-6, atol=1e-4)
+    with pytest.raises(ValueError, match="streams=\\['lidar'\\] must be a non-empty list"):
+        replay_log_probs(tiny_model, trajectory, streams=["lidar"])
     assert loaded.domain == ("" if mode == "sound" else "pusht")
     assert loaded.stream_shapes() == trajectory.stream_shapes()
     for name in ("latents", "sound_latents", "action_latents", "sound_noises", "action_noises"):
