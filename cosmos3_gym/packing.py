@@ -284,8 +284,9 @@ class PackedRowsAttnProcessor:
 
     Same projections, norms and rotary embeddings as diffusers' ``Cosmos3AttnProcessor``;
     the attention itself runs as one SDPA call per run of consecutive rows of equal lengths
-    (a batch of those rows; no masks, no padding), or with FlexAttention block masks. One instance per layer (``layer``); all share
-    ``packed``, the :class:`PackedRows` of the current forward, which
+    (a batch of those rows; no masks, no padding), or with FlexAttention block masks. One
+    instance per layer (``layer``); all share ``packed``, the :class:`PackedRows` of the
+    current forward, which
     :class:`~cosmos3_gym.model.Cosmos3Model` sets before each forward. When the
     packing's ``text_cache`` is filled, the forward carries no text tokens and this layer's
     cached text keys/values are used.
