@@ -43,11 +43,11 @@ class _Worker:
         v = self.venv
         return v.single_observation_space, v.single_action_space, v.default_action, v.metadata
 
-    def call(self, method: str, *args, **kwargs):
-        """The vector env's ``method`` (``reset``, ``step``, ``import_episode``, ``set_state``),
-        remembering the state from before it: :meth:`undo` puts it back when another worker's
-        part of the same call failed. A call that raises here has already changed nothing."""
-        before = self.venv.get_state()
+    def call(self, method: str, remember: bool, *args, **kwargs):
+        """The vector env's ``method`` (``reset``, ``step``, ``import_episode``, ``set_state``);
+        with ``remember``, the state from before it is kept: :meth:`undo` puts it back when another
+        worker's part of the same call failed. A call that raises here has already changed nothing."""
+        before = self.venv.get_state() if remember else None
         result = getattr(self.venv, method)(*args, **kwargs)
         self._before = before
         return result
@@ -184,11 +184,14 @@ class Cosmos3RayVectorEnv(VectorEnv):
     def _transact(self, what: str, calls: dict) -> list:
         """``{worker index: (method, args, kwargs)}`` run on those workers at once, all or nothing:
         if any raises (or died), the workers that succeeded are undone before the first error is
-        raised, so the vector env is as it was. Costs each worker one copy of its state per call."""
+        raised, so the vector env is as it was. Costs each worker one copy of its state per call
+        (none when the call goes to one worker: its own failure already changes nothing)."""
         import ray
         from ray.exceptions import RayActorError
 
-        refs = {w: self._workers[w].call.remote(method, *args, **kwargs) for w, (method, args, kwargs) in calls.items()}
+        remember = len(calls) > 1
+        refs = {w: self._workers[w].call.remote(method, remember, *args, **kwargs)
+                for w, (method, args, kwargs) in calls.items()}
         results, errors = {}, []
         for w, ref in refs.items():
             try:

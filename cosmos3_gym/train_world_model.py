@@ -66,10 +66,13 @@ class TrainArgs:
     action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
 
 
+def _pixels(frames: np.ndarray, device) -> torch.Tensor:
+    return torch.from_numpy(frames).to(device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
+
+
 def _videos(rng_seed: int, count: int, device) -> tuple[torch.Tensor, list[str]]:
     frames, scenes = dataset(rng_seed, count, NUM_FRAMES, SIZE)
-    video = torch.from_numpy(frames).to(device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
-    return video, [scene.caption for scene in scenes]
+    return _pixels(frames, device), [scene.caption for scene in scenes]
 
 
 def _lr(step: int, total: int, peak: float, warmup: int = 200) -> float:
@@ -117,10 +120,6 @@ def _weights(spec: str) -> dict[str, float]:
             raise ValueError(f"task_weights={spec!r}: {item!r} is not task=weight with a task of {TASKS}")
         weights[name] = float(value)
     return weights
-
-
-def _pixels(frames: np.ndarray, device) -> torch.Tensor:
-    return torch.from_numpy(frames).to(device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
 
 
 @dataclass
