@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import torch
+from PIL import Image
 
 from .model import Cosmos3Model
 from .packing import PackedRows
@@ -40,7 +41,7 @@ PROMPT = "a red ball bounces to the right across a wooden floor"
 # `bench --mode`: what each mode runs. The action modes use the pipeline's CosmosActionCondition
 # (random action heads of ACTION_DIM channels, the pusht embodiment, the 480 tier's canvas).
 BENCH_MODES = {"t2v": "Cosmos3Rollout-v0", "policy": "Cosmos3PolicyRollout-v0",
-               "forward_dynamics": "Cosmos3ForwardDynamicsRollout-v0"}
+               "forward_dynamics": "Cosmos3ForwardDynamicsRollout-v0", "world": "Cosmos3World-v0"}
 ACTION_DIM, DOMAIN, RAW_DIM, RESOLUTION_TIER = 64, "pusht", 2, 480
 
 
@@ -156,6 +157,7 @@ def measure_pipeline(model: Cosmos3Model, request: dict, samples: int, options: 
     pipe = model.pipeline
     pipe.set_progress_bar_config(disable=True)
     mode = request.get("mode", "t2v")
+    tier = request.get("resolution_tier", RESOLUTION_TIER)
 
     def sample(i):
         if mode == "t2v":
@@ -165,9 +167,10 @@ def measure_pipeline(model: Cosmos3Model, request: dict, samples: int, options: 
             raw = {} if actions is None else {"raw_actions": torch.from_numpy(actions[i % len(actions)])}
             shape = dict(action=CosmosActionCondition(
                 mode=mode, chunk_size=request["num_frames"] - 1, domain_name=DOMAIN,
-                resolution_tier=RESOLUTION_TIER, image=options["image"][i % len(options["image"])], **raw))
-        pipe(PROMPT, **shape, num_inference_steps=request["num_steps"], guidance_scale=request["guidance_scale"],
-             generator=torch.Generator(device).manual_seed(i), output_type="latent", enable_safety_check=False)
+                resolution_tier=tier, image=options["image"][i % len(options["image"])], **raw))
+        pipe(options.get("prompt", PROMPT) if options else PROMPT, **shape, num_inference_steps=request["num_steps"],
+             guidance_scale=request["guidance_scale"], generator=torch.Generator(device).manual_seed(i),
+             output_type=request.get("output_type", "latent"), enable_safety_check=False)
 
     sample(0)
     seconds = sum(_timed(lambda: sample(i), device) for i in tqdm(range(samples), desc="diffusers pipeline"))
@@ -357,3 +360,52 @@ def bench_workers(model: str, num_envs: int, height: int, width: int, num_frames
     print(f"{workers}_workers: {rates[workers]:.3f} samples/s")
     print(f"env i's log-probs equal on 1 and {workers} workers: {rates['same_log_probs']}")
     print(f"speedup_{workers}_workers_vs_1: {rates[workers] / rates[1]:.2f}")
+
+
+def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int, guidance: float,
+                pipeline_samples: int, steps: int, device="cuda") -> None:
+    """Imagined frames/s of ``Cosmos3World-v0``'s vector env (one forward-dynamics generation per
+    step for all envs, decoded, read by the detector) against diffusers' pipeline in
+    forward-dynamics mode called once per env and chunk, decoded to frames, on the same model:
+    the embedded one (``model="tiny"``) or random weights at a real size with action heads."""
+    from .world_env import Cosmos3WorldVectorEnv
+
+    device = torch.device(device)
+    on_gpu = device.type == "cuda"
+    if model == "tiny":
+        world_model = Cosmos3Model.embedded(device=device)
+    else:
+        world_model = random_model(model, device, torch.bfloat16 if on_gpu else torch.float32, compile=False,
+                                   action_gen=True)
+    venv = Cosmos3WorldVectorEnv(num_envs, chunk=chunk, size=size, horizon=steps + 2, num_steps=num_steps,
+                                 guidance_scale=guidance, model=world_model)
+    print(f"device {torch.cuda.get_device_name() if on_gpu else device}, torch {torch.__version__}, model {model}, "
+          f"world {size}x{size}, chunk {chunk}, {num_steps} denoising steps, CFG {guidance}, {num_envs} envs, "
+          f"tier {venv.preset.resolution_tier}, attention {world_model.attention}")
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, (steps + 1, num_envs, chunk, 2)).astype(np.float32)
+    frames, infos = venv.reset(seed=0)
+    request = dict(mode="forward_dynamics", num_frames=chunk + 1, height=size, width=size, num_steps=num_steps,
+                   guidance_scale=guidance,
+                   resolution_tier=venv.preset.resolution_tier, output_type="np")
+    options = {"image": [Image.fromarray(frame) for frame in frames], "actions": actions[0],
+               "prompt": str(infos["prompt"][0])}
+    pipe_rate, _ = measure_pipeline(world_model, request, pipeline_samples, options)
+    world_model.compile = on_gpu and world_model.attention == "flex"
+    world_model.install_processors()  # the env's own attention again
+
+    venv.step(actions[0])  # warm-up
+    chunks = 0
+
+    def run():
+        nonlocal chunks
+        for step_actions in actions[1:]:
+            chunks += int(venv.step(step_actions)[4]["_frames"].sum())  # envs that ended skip a step
+
+    seconds = _timed(run, device)
+    env_rate = chunks / seconds
+    print(f"diffusers_pipeline: {pipe_rate * chunk:.1f} imagined frames/s ({1 / pipe_rate * 1e3:.1f} ms per env "
+          f"and chunk, decoded)")
+    print(f"cosmos3_gym_world_env: {env_rate * chunk:.1f} imagined frames/s ({chunks} chunks in {steps} steps, "
+          f"{seconds / steps * 1e3:.1f} ms per step of {num_envs} envs; decode and detector included)")
+    print(f"speedup_vs_diffusers: {env_rate / pipe_rate:.2f}")

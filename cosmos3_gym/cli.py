@@ -20,7 +20,7 @@ import numpy as np
 from . import preset_tables
 
 # The modes of `bench` (cosmos3_gym.bench.BENCH_MODES; spelled out here so that --help needs no torch).
-BENCH_MODES = ("t2v", "policy", "forward_dynamics")
+BENCH_MODES = ("t2v", "policy", "forward_dynamics", "world")
 LOG_PROB_NOTE = ("log_prob depends only on the step's sampled noise and its scale (sigma, noise_level), not on "
                  "the predicted mean: at one seed it is the same for every prompt.")
 
@@ -145,7 +145,11 @@ def check(args) -> int:
 def bench(args) -> int:
     from . import bench as benchmarks
 
-    if args.cpu:
+    if args.mode == "world":
+        benchmarks.bench_world(args.model, args.num_envs, args.height, (args.frames or 9) - 1, args.steps or 4,
+                               args.guidance, args.pipeline_samples, args.episodes,
+                               device="cpu" if args.cpu else "cuda")
+    elif args.cpu:
         benchmarks.bench_cpu(args.num_envs, args.steps or 8, args.episodes, args.env)
     elif args.workers:
         benchmarks.bench_workers(args.model, args.num_envs, args.height, args.width, args.frames or 21,
@@ -303,8 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "SyncVectorEnv (--cpu)")
     p.add_argument("--cpu", action="store_true", help="embedded model on the CPU, against SyncVectorEnv")
     common(p, device=False, overwrite=False)
-    p.add_argument("--model", choices=["edge", "nano"], default="edge", help="GPU: random weights at this size "
-                   "(default: %(default)s)")
+    p.add_argument("--model", choices=["edge", "nano", "tiny"], default="edge", help="GPU: random weights at this "
+                   "size; tiny: the embedded model (--mode world only) (default: %(default)s)")
     p.add_argument("--num-envs", type=_positive_int, default=16, help="envs stepped together (default: %(default)s)")
     p.add_argument("--height", type=_positive_int, default=480, help="GPU: pixels (default: %(default)s)")
     p.add_argument("--width", type=_positive_int, default=832, help="GPU: pixels (default: %(default)s)")
@@ -314,7 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(one Ray actor each, the [ray] extra) against 1, same episodes")
     p.add_argument("--mode", choices=BENCH_MODES, default="t2v", help="GPU: text-to-video, or an action rollout "
                    "(each env conditioned on its own frame, and actions) against the pipeline's "
-                   "CosmosActionCondition (default: %(default)s)")
+                   "CosmosActionCondition; world: Cosmos3World-v0's vector env (--height pixels square, "
+                   "--frames - 1 actions per chunk, default 8; --episodes timed env steps) against the "
+                   "pipeline in forward-dynamics mode once per env and chunk (default: %(default)s)")
     p.add_argument("--steps", type=_positive_int, default=None, help="denoising steps (default 10 on GPU, 8 with "
                    "--cpu)")
     p.add_argument("--guidance", type=float, default=6.0, help="GPU: guidance scale (default: %(default)s)")
@@ -346,6 +352,8 @@ def main(argv=None) -> int:
     if hasattr(args, "device"):
         _check_device(command_parser, args)
     _check_outputs(command_parser, args)  # after the device check: it creates the output folders
+    if args.command == "bench" and args.model == "tiny" and args.mode != "world":
+        command_parser.error(f"--model tiny is for --mode world only (got --mode {args.mode}); use edge or nano")
     if args.command == "bench" and not args.cpu:
         import torch
 

@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 
 from .vector_env import Cosmos3RolloutVectorEnv
-from .world import SUCCESS_RADIUS, action_chunks, dataset, detect, goal_distance, push
+from .world import MAX_SPEED, SUCCESS_RADIUS, action_chunks, dataset, detect, goal_distance, push
 
 
 def adherence(env_id: str = "Cosmos3Rollout-v0", samples: int = 128, seed: int = 2024, batch: int = 32,
@@ -104,6 +104,12 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
         result["median_position_error_px"] = float(np.median(values))
     elif mode == "inverse_dynamics":
         result["mean_action_cosine"] = float(np.mean(values))
+        # what perfect vision could infer: each frame's true motion over MAX_SPEED (nothing while a
+        # wall stops the object), the ceiling of any inverse-dynamics model of this world
+        seen = [np.diff(np.vstack([t.start, push(t, t.start, c, size)]), axis=0).ravel() / MAX_SPEED
+                for t, c in zip(tasks, commands)]
+        result["mean_action_cosine_perfect_vision"] = float(np.mean(
+            [a @ c.ravel() / (np.linalg.norm(a) * np.linalg.norm(c) + 1e-8) for a, c in zip(seen, commands)]))
     else:
         rng = np.random.default_rng(seed + 1)
         baselines = {

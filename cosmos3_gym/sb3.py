@@ -1,5 +1,6 @@
 """stable-baselines3 VecEnv over :class:`~cosmos3_gym.vector_env.Cosmos3RolloutVectorEnv` (or its Ray
-counterpart, :class:`~cosmos3_gym.ray_env.Cosmos3RayVectorEnv`).
+counterpart, :class:`~cosmos3_gym.ray_env.Cosmos3RayVectorEnv`), or over
+:class:`~cosmos3_gym.world_env.Cosmos3WorldVectorEnv` (``autoreset_mode=SAME_STEP``).
 
 SB3 gets numpy, same-step autoreset with ``info["terminal_observation"]``, and infos that
 ``VecMonitor`` can annotate, while the work stays one batched forward per step for all
@@ -31,6 +32,9 @@ class Cosmos3SB3VecEnv(VecEnv):
     The envs share one engine, so ``get_attr``/``set_attr``/``env_method`` address the
     vector env (the same value for every index), except the per-env attributes
     ``prompt``, ``negative_prompt``, ``seed`` and ``step``.
+
+    The world model as SB3's env: ``Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(16,
+    autoreset_mode=AutoresetMode.SAME_STEP))``; its episode ends carry ``is_success``.
     """
 
     def __init__(self, venv: Cosmos3RolloutVectorEnv, rescale_actions: bool = False):
@@ -59,8 +63,10 @@ class Cosmos3SB3VecEnv(VecEnv):
                                **kwargs)
         return cls(venv, rescale_actions)
 
-    def _single_obs(self, obs: dict, i: int) -> dict:
-        return {key: np.asarray(value[i]) for key, value in obs.items()}
+    def _single_obs(self, obs, i: int):
+        if isinstance(obs, dict):
+            return {key: np.asarray(value[i]) for key, value in obs.items()}
+        return np.asarray(obs[i])
 
     def _merged_options(self) -> dict | None:
         """SB3's per-env ``set_options`` dicts as one vector-env options dict (per-env lists)."""
@@ -94,7 +100,7 @@ class Cosmos3SB3VecEnv(VecEnv):
         dones = terminated | truncated
         step_infos = [{} for _ in range(self.num_envs)]
         for key in INFO_KEYS:
-            for i in np.flatnonzero(infos[f"_{key}"]):
+            for i in np.flatnonzero(infos.get(f"_{key}", ())):
                 step_infos[i][key] = infos[key][i].item()
         if "final_obs" in infos:
             final = infos["final_obs"]
@@ -102,6 +108,8 @@ class Cosmos3SB3VecEnv(VecEnv):
                 step_infos[i]["terminal_observation"] = self._single_obs(final, i)
                 step_infos[i]["TimeLimit.truncated"] = bool(truncated[i])
                 step_infos[i]["trajectory"] = infos["trajectory"][i]
+                if "success" in infos:  # SB3 logs the success rate of episodes from "is_success"
+                    step_infos[i]["is_success"] = bool(infos["success"][i])
                 if "error" in infos and infos["_error"][i]:
                     step_infos[i]["error"] = infos["error"][i]
         return obs, rewards.astype(np.float32), dones, step_infos
@@ -119,7 +127,7 @@ class Cosmos3SB3VecEnv(VecEnv):
         return [int(i) for i in indices]
 
     def get_attr(self, attr_name: str, indices=None) -> list:
-        if attr_name in PER_ENV_ATTRIBUTES:
+        if attr_name in PER_ENV_ATTRIBUTES and hasattr(self.venv, "episode_attribute"):
             values = self.venv.episode_attribute(attr_name)
             return [values[i] for i in self._indices(indices)]
         return [getattr(self.venv, attr_name)] * len(self._indices(indices))

@@ -318,6 +318,8 @@ def main(argv=None) -> int:
               "args": dataclasses.asdict(args), "seconds": round(time.time() - start, 1),
               "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
               "torch": torch.__version__, "log": log}
+    if args.init_from and (Path(args.init_from) / "training.json").exists():  # the runs these weights continue
+        record["continues"] = json.loads((Path(args.init_from) / "training.json").read_text())
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     plot_curve(log, out / "training_curve.png")
     print(f"wrote {out} in {record['seconds']} s; last losses: "

@@ -143,10 +143,11 @@ class PushTask:
         return f"move the {self.size} {self.color} {self.shape} to the {self.goal}"
 
 
-def sample_task(rng: np.random.Generator, size: int = 32) -> PushTask:
-    """A random object, anywhere but already in its goal, and a goal corner."""
+def sample_task(rng: np.random.Generator, size: int = 32, goal: str | None = None) -> PushTask:
+    """A random object, anywhere but already in its goal, and a goal corner (``goal``, or a random one)."""
     scale = str(rng.choice(list(SIZES)))
-    goal = str(rng.choice(list(GOALS)))
+    drawn = str(rng.choice(list(GOALS)))
+    goal = drawn if goal is None else goal
     half = SIZES[scale]
     while True:
         start = (float(rng.uniform(half + 1.0, size - half - 1.0)), float(rng.uniform(half + 1.0, size - half - 1.0)))

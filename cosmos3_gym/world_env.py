@@ -21,7 +21,7 @@ from .engine import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
 from .interrupts import deferred_interrupts
 from .presets import load_preset
 from .spaces import build_engine, checked_action, checked_options
-from .world import PushTask, draw, push, sample_task, task_reward
+from .world import GOALS, PushTask, draw, push, sample_task, task_reward
 
 CHUNK, HORIZON, SIZE = 8, 8, 32
 
@@ -31,6 +31,12 @@ def world_spaces(chunk: int, size: int) -> tuple[spaces.Box, spaces.Box]:
     command in [-1, 1] per frame of the chunk."""
     return (spaces.Box(0, 255, (size, size, 3), np.uint8),
             spaces.Box(-1.0, 1.0, (chunk, 2), np.float32))
+
+
+def _checked_goal(goal):
+    if goal is not None and goal not in GOALS:
+        raise ValueError(f"goal={goal!r} is invalid; use None (a random corner per episode) or one of {list(GOALS)}")
+    return goal
 
 
 def _checked_int(name: str, value, low: int = 1) -> int:
@@ -66,7 +72,10 @@ class ProceduralWorldEnv(gym.Env):
     pixels), ``success``.
 
     ## Arguments
-    ``gym.make("ProceduralWorld-v0", chunk=8, horizon=8, size=32, render_mode=None)``.
+    ``gym.make("ProceduralWorld-v0", chunk=8, horizon=8, size=32, goal=None, render_mode=None)``.
+    The frame does not show the goal: with ``goal=None`` (a random corner per episode) a policy
+    must read it from ``info["prompt"]``, as Cosmos 3's own policy mode does; a policy that sees
+    only pixels gets a fixed corner, e.g. ``goal="top left"``.
 
     ## Version History
     * v0: initial release.
@@ -74,19 +83,20 @@ class ProceduralWorldEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
 
-    def __init__(self, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE, render_mode: str | None = None):
+    def __init__(self, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE, goal: str | None = None,
+                 render_mode: str | None = None):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
         self.size = _checked_int("size", size, 16)
-        self.render_mode = render_mode
+        self.goal, self.render_mode = _checked_goal(goal), render_mode
         self.observation_space, self.action_space = world_spaces(self.chunk, self.size)
         self.task: PushTask | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         checked_options(options, ())
         super().reset(seed=None if seed is None else checked_seed(seed))
-        self.task = sample_task(self.np_random, self.size)
+        self.task = sample_task(self.np_random, self.size, self.goal)
         self.position, self.frame, self.t = self.task.start, draw(self.task, self.task.start, self.size), 0
         return self.frame.copy(), {"prompt": self.task.prompt}
 
@@ -126,10 +136,13 @@ class Cosmos3WorldVectorEnv(VectorEnv):
     with ``kind``, ``guidance_scale`` and ``noise_level`` (``kind="ode"``: a deterministic
     imagination, log-probs 0).
 
-    Autoreset: ``NEXT_STEP`` (Gymnasium's default) or ``DISABLED``. Every call is
+    Autoreset: ``NEXT_STEP`` (Gymnasium's default), ``SAME_STEP`` (the ended episode's last frame
+    in ``infos["final_obs"]``, its infos in ``infos["final_info"]``; what SB3 expects, see
+    :class:`~cosmos3_gym.sb3.Cosmos3SB3VecEnv`) or ``DISABLED``. Every call is
     transactional: a call that raises leaves every env as it was.
 
-    Args: ``num_envs``, ``chunk``, ``horizon``, ``size``, ``num_steps``, ``kind``,
+    Args: ``num_envs``, ``chunk``, ``horizon``, ``size``, ``goal`` (None: a random corner per
+    episode; see ``ProceduralWorld-v0``), ``num_steps``, ``kind``,
     ``guidance_scale``, ``noise_level``, ``domain`` (the embodiment of the actions),
     ``autoreset_mode``, ``render_mode``, ``device``, ``dtype``, ``model`` (a shared
     :class:`~cosmos3_gym.model.Cosmos3Model`; default: the embedded one).
@@ -138,16 +151,17 @@ class Cosmos3WorldVectorEnv(VectorEnv):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE,
-                 num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0, noise_level: float = 0.7,
-                 domain: str = "pusht", autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+                 goal: str | None = None, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,
+                 noise_level: float = 0.7, domain: str = "pusht", autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
                  render_mode: str | None = None, device=None, dtype=None, model=None):
         self.num_envs = _checked_int("num_envs", num_envs)
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
-        self.size = _checked_int("size", size, 16)
+        self.size, self.goal = _checked_int("size", size, 16), _checked_goal(goal)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
-        if autoreset_mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED, "NextStep", "Disabled"):
-            raise ValueError(f"autoreset_mode={autoreset_mode!r} is not supported; use NEXT_STEP or DISABLED")
+        if autoreset_mode not in (*AutoresetMode, *(mode.value for mode in AutoresetMode)):
+            raise ValueError(f"autoreset_mode={autoreset_mode!r} is not supported; use NEXT_STEP, SAME_STEP or "
+                             "DISABLED")
         self.autoreset_mode, self.render_mode = AutoresetMode(autoreset_mode), render_mode
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         self.preset = load_preset("Cosmos3ForwardDynamicsRollout-v0").override(
@@ -174,7 +188,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         if seeds is None:
             seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]
         rngs = [np.random.default_rng(s) for s in seeds]
-        tasks = [sample_task(rng, self.size) for rng in rngs]
+        tasks = [sample_task(rng, self.size, self.goal) for rng in rngs]
         with deferred_interrupts():
             self._rngs, self.tasks = rngs, tasks
             self.frames = np.stack([draw(task, task.start, self.size) for task in tasks])
@@ -196,7 +210,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict = {}
         for i in resetting:  # NEXT_STEP: the step after an episode's end starts a new one
-            tasks[i] = sample_task(rngs[i], self.size)
+            tasks[i] = sample_task(rngs[i], self.size, self.goal)
             frames[i], t[i] = draw(tasks[i], tasks[i].start, self.size), 0
         if stepping:
             imagined, trajectories = self._imagine(stepping, [tasks[i] for i in stepping], frames[stepping],
@@ -216,9 +230,18 @@ class Cosmos3WorldVectorEnv(VectorEnv):
                          log_prob_sum=log_prob, _log_prob_sum=mask, success=terminated.copy(), _success=mask)
         infos.update(prompt=np.array([task.prompt for task in tasks], dtype=object),
                      _prompt=np.ones(self.num_envs, dtype=bool))
+        ended = terminated | truncated
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
+            infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=dict(infos),
+                         _final_info=ended.copy())
+            for i in np.flatnonzero(ended):  # the next episode starts in this step's observation
+                tasks[i] = sample_task(rngs[i], self.size, self.goal)
+                frames[i], t[i] = draw(tasks[i], tasks[i].start, self.size), 0
+            infos["prompt"] = np.array([task.prompt for task in tasks], dtype=object)
+            ended[:] = False
         with deferred_interrupts():
             self._rngs, self.tasks, self.frames, self.t = rngs, tasks, frames, t
-            self.needs_reset = terminated | truncated
+            self.needs_reset = ended
         return frames.copy(), rewards, terminated, truncated, infos
 
     def _imagine(self, slots: list[int], tasks: list[PushTask], frames: np.ndarray, actions: np.ndarray,

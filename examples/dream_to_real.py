@@ -5,8 +5,12 @@ random commands, PPO trained in the true world, and PPO trained only inside Cosm
 forward-dynamics imagination with the same budget. The dream-to-real gap is the last two's
 ratio. Writes a table (stdout and ``out/dream_to_real.txt``) and a bar plot.
 
-    python examples/dream_to_real.py                   # the CPU default budget; out/dream_to_real.png
-    python examples/dream_to_real.py --device cuda --timesteps 65536 --num-envs 32
+The policies see only pixels, so the goal corner is fixed (``--goal``); both worlds draw the
+same objects and starts. The imagined envs are one :class:`Cosmos3WorldVectorEnv` (one batched
+generation per step for all envs) behind SB3's VecEnv interface.
+
+    python examples/dream_to_real.py                   # out/dream_to_real.txt and .png
+    python examples/dream_to_real.py --timesteps 8192 --num-envs 32
 """
 
 from __future__ import annotations
@@ -16,30 +20,34 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
 from stable_baselines3 import PPO
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.args import parse_args
-from cosmos3_gym.model import Cosmos3Model
+from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
+from cosmos3_gym.world_env import Cosmos3WorldVectorEnv
 
 
 @dataclass
 class Args:
-    timesteps: int = 2048  # PPO env steps (chunks), the same for both worlds
-    num_envs: int = 8
+    timesteps: int = 4096  # PPO env steps (chunks), the same for both worlds
+    num_envs: int = 16
     n_steps: int = 32  # PPO rollout length per env
     num_steps: int = 4  # denoising steps of one imagined chunk
+    goal: str = "top left"  # the corner of every episode (a pixel-only policy cannot read the prompt)
     eval_episodes: int = 100
-    device: str = "cpu"
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"  # the world model's
     seed: int = 0
     out: str = "out"
 
 
-def success_rate(policy, episodes: int, seed: int) -> float:
+def success_rate(policy, episodes: int, seed: int, goal: str) -> float:
     """Fraction of true-world episodes (seeds ``seed ..``) that end in the goal; ``policy(obs)``."""
-    env, wins = gym.make("ProceduralWorld-v0"), 0
+    env, wins = gym.make("ProceduralWorld-v0", goal=goal), 0
     for episode in tqdm(range(episodes), desc="evaluating in the true world", leave=False):
         obs, _ = env.reset(seed=seed + episode)
         done = False
@@ -50,9 +58,9 @@ def success_rate(policy, episodes: int, seed: int) -> float:
     return wins / episodes
 
 
-def train_ppo(envs: DummyVecEnv, args: Args) -> PPO:
+def train_ppo(envs: VecEnv, args: Args) -> PPO:
     model = PPO("MlpPolicy", envs, n_steps=args.n_steps, batch_size=64, seed=args.seed, verbose=0)
-    model.learn(args.timesteps, progress_bar=False)
+    model.learn(args.timesteps, progress_bar=True)
     return model
 
 
@@ -62,22 +70,21 @@ def main(args: Args) -> None:
     eval_seed = 10**6  # evaluation tasks never seen in training
     rng = np.random.default_rng(args.seed)
     results = {"random commands": success_rate(lambda obs: rng.uniform(-1, 1, (8, 2)).astype(np.float32),
-                                               args.eval_episodes, eval_seed)}
+                                               args.eval_episodes, eval_seed, args.goal)}
 
-    real = train_ppo(DummyVecEnv([lambda: gym.make("ProceduralWorld-v0")] * args.num_envs), args)
+    real = train_ppo(DummyVecEnv([lambda: gym.make("ProceduralWorld-v0", goal=args.goal)] * args.num_envs), args)
     results["PPO trained in the true world"] = success_rate(lambda obs: real.predict(obs, deterministic=True)[0],
-                                                            args.eval_episodes, eval_seed)
+                                                            args.eval_episodes, eval_seed, args.goal)
 
-    world_model = Cosmos3Model.embedded(device=args.device)  # one model behind every imagined env
-    dream_envs = DummyVecEnv([lambda: gym.make("Cosmos3World-v0", model=world_model, num_steps=args.num_steps)]
-                             * args.num_envs)
+    dream_envs = Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(args.num_envs, goal=args.goal, num_steps=args.num_steps,
+                                                        autoreset_mode=AutoresetMode.SAME_STEP, device=args.device))
     dream = train_ppo(dream_envs, args)
     results["PPO trained in imagination"] = success_rate(lambda obs: dream.predict(obs, deterministic=True)[0],
-                                                         args.eval_episodes, eval_seed)
+                                                         args.eval_episodes, eval_seed, args.goal)
 
     ratio = results["PPO trained in imagination"] / max(results["PPO trained in the true world"], 1e-9)
     lines = [f"success rate in ProceduralWorld-v0 over {args.eval_episodes} episodes "
-             f"(PPO budget {args.timesteps} chunks each, seed {args.seed})"]
+             f"(goal: {args.goal}; PPO budget {args.timesteps} chunks each, seed {args.seed})"]
     lines += [f"{name:<32} {rate:6.1%}" for name, rate in results.items()]
     lines.append(f"dream / real: {ratio:.2f}")
     text = "\n".join(lines)

@@ -2,6 +2,7 @@
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from cosmos3_gym.bench import measure_env, measure_forward, measure_replay
 
@@ -38,3 +39,20 @@ def test_the_cli_offers_every_bench_mode():
     from cosmos3_gym import bench, cli
 
     assert cli.BENCH_MODES == tuple(bench.BENCH_MODES)
+
+
+def test_the_world_bench_on_the_tiny_model(capsys):
+    import re
+
+    from cosmos3_gym.bench import bench_world
+
+    bench_world("tiny", num_envs=2, size=32, chunk=8, num_steps=2, guidance=4.0, pipeline_samples=1, steps=2,
+                device="cpu")
+    out = capsys.readouterr().out
+    pipe = float(re.search(r"diffusers_pipeline: ([\d.]+) imagined frames/s \(([\d.]+) ms", out).group(2))
+    frames, chunks, step_ms = re.search(r"world_env: ([\d.]+) imagined frames/s \((\d+) chunks in 2 steps, "
+                                        r"([\d.]+) ms", out).groups()
+    assert 2 <= int(chunks) <= 4  # 2 envs x 2 steps, less any episode that ended in its goal
+    assert float(frames) == pytest.approx(int(chunks) * 8 / (2 * float(step_ms) / 1e3), rel=0.02)
+    speedup = float(re.search(r"speedup_vs_diffusers: ([\d.]+)", out).group(1))
+    assert speedup == pytest.approx(float(frames) / (8 / (pipe / 1e3)), rel=0.05)

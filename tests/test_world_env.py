@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.utils.env_checker import check_env as gym_check_env
+from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 from cosmos3_gym.transition import replay_log_probs
@@ -123,6 +124,44 @@ def test_the_inner_trajectory_replays_and_a_bad_action_changes_nothing(world, ti
         env.step(LEFT_DOWN * 2)
     np.testing.assert_array_equal(env.unwrapped.vector.frames, before[0])
     np.testing.assert_array_equal(env.unwrapped.vector.t, before[1])
+
+
+def test_a_fixed_goal_is_every_episodes_goal_in_both_worlds(world):
+    truth, dream = gym.make("ProceduralWorld-v0", goal="bottom right"), world(goal="bottom right")
+    for seed in range(6):
+        (a, info_a), (b, info_b) = truth.reset(seed=seed), dream.reset(seed=seed)
+        np.testing.assert_array_equal(a, b)
+        assert info_a["prompt"] == info_b["prompt"] and info_a["prompt"].endswith("to the bottom right")
+        assert truth.unwrapped.task.goal == "bottom right"
+    for make in (lambda: gym.make("ProceduralWorld-v0", goal="middle"), lambda: world(goal="middle")):
+        with pytest.raises(ValueError, match=r"goal='middle' is invalid.*'top left'"):
+            make()
+
+
+def test_same_step_autoreset_and_the_sb3_adapter(world):
+    """SAME_STEP (what SB3 needs): an ended episode's last imagined frame goes to final_obs and
+    the next episode's first frame is the observation of the same step."""
+    from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
+
+    venv = world(num_envs=2, horizon=1, autoreset_mode=AutoresetMode.SAME_STEP).unwrapped
+    _, infos = venv.reset(seed=8)
+    obs, _, terminated, truncated, step_infos = venv.step(np.stack([LEFT_DOWN, -LEFT_DOWN]))
+    assert (terminated | truncated).all() and step_infos["_final_obs"].all()
+    np.testing.assert_array_equal(step_infos["final_obs"], step_infos["frames"][:, -1])
+    assert list(step_infos["final_info"]["prompt"]) == list(infos["prompt"])
+    for i, task in enumerate(venv.tasks):
+        np.testing.assert_array_equal(obs[i], draw(task, task.start))
+        assert step_infos["prompt"][i] == task.prompt
+    assert (venv.t == 0).all() and not venv.needs_reset.any()
+
+    sb3 = Cosmos3SB3VecEnv(venv)
+    sb3.seed(8)
+    sb3.reset()
+    obs, rewards, dones, sb3_infos = sb3.step(np.stack([LEFT_DOWN, -LEFT_DOWN]))
+    assert dones.all() and rewards.dtype == np.float32
+    for i, info in enumerate(sb3_infos):
+        np.testing.assert_array_equal(info["terminal_observation"], step_infos["final_obs"][i])
+        assert info["is_success"] == bool(step_infos["success"][i]) and info["TimeLimit.truncated"] == truncated[i]
 
 
 # The shipped model's forward-dynamics error (benchmarks/adherence.txt: median over 64 tasks and 8
