@@ -22,24 +22,39 @@ def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 def grpo_update(policy: Cosmos3Model, optimizer: torch.optim.Optimizer, trajectories: Sequence[Trajectory],
                 advantages: torch.Tensor, clip_range: float = 0.2, epochs: int = 2,
-                streams: Sequence[str] | None = None) -> float:
+                streams: Sequence[str] | None = None, reference: Cosmos3Model | None = None,
+                kl_beta: float = 0.0) -> float:
     """``epochs`` clipped-ratio policy-gradient steps of ``policy`` on ``trajectories``; the first
     ratio is exactly 1 (the replay repeats the rollout). ``streams``: score only these, by their
     exact log-density (the stored per-stream sums; e.g. the 16 action elements of a policy
     rewarded on its actions); default: every stream, by the per-element mean log-prob as
-    Flow-GRPO does for images. Returns the last loss."""
+    Flow-GRPO does for images. ``kl_beta`` > 0 adds ``kl_beta`` times the KL divergence to
+    ``reference`` (the frozen starting model), estimated on the stored transitions with the
+    non-negative, unbiased ``exp(d) - d - 1``, ``d = log p_ref - log p_policy`` (GRPO's k3),
+    so that the policy sharpens where the reward says without drifting everywhere else.
+    Returns the last loss."""
+    if kl_beta < 0 or (kl_beta > 0) != (reference is not None):
+        raise ValueError(f"kl_beta={kl_beta!r} with reference={'a model' if reference else None}: give both "
+                         "(kl_beta > 0 and the frozen reference model) or neither")
     if streams is None:
         old_log_probs, reduction = torch.stack([t.log_probs for t in trajectories]), "mean"  # [B, N]
     else:
         old_log_probs = torch.stack([sum(getattr(t, LOG_PROB_SUMS[name]) for name in streams) for t in trajectories])
         reduction = "sum"
     advantages = advantages.to(old_log_probs.device)
+    if reference is not None:
+        with torch.no_grad():
+            reference_log_probs = replay_log_probs(reference, list(trajectories), reduction=reduction,
+                                                   streams=streams).cpu()
     for _ in range(epochs):
         with torch.enable_grad():
-            new_log_probs = replay_log_probs(policy, list(trajectories), reduction=reduction, streams=streams)
-            ratio = torch.exp(new_log_probs.cpu() - old_log_probs)
+            new_log_probs = replay_log_probs(policy, list(trajectories), reduction=reduction, streams=streams).cpu()
+            ratio = torch.exp(new_log_probs - old_log_probs)
             clipped = ratio.clamp(1 - clip_range, 1 + clip_range)
             loss = -torch.minimum(ratio * advantages, clipped * advantages).mean()
+            if reference is not None:
+                d = reference_log_probs - new_log_probs
+                loss = loss + kl_beta * (torch.exp(d) - d - 1).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.transformer.parameters(), 1.0)

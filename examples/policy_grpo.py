@@ -5,7 +5,8 @@ Each iteration draws ``num_groups`` push tasks of the action world; ``group_size
 action chunk together. The action chunks are executed in the true world
 (:func:`cosmos3_gym.world.push`); the reward is the progress toward the goal plus 1 on success.
 The joint video + action log-probs of the rollouts are trained with Flow-GRPO's clipped ratio
-(:mod:`cosmos3_gym.grpo`), and the new weights go back into the env.
+(:mod:`cosmos3_gym.grpo`), optionally with a KL penalty to the starting model (``--kl-beta``),
+and the new weights go back into the env.
 
     python examples/policy_grpo.py           # minutes on a CPU; out/policy_grpo.png
 """
@@ -40,6 +41,7 @@ class Args:
     learning_rate: float = 5e-5
     clip_range: float = 0.2
     streams: str = "video,action"  # the log-probs trained: "video,action" (joint, per-element mean) or "action"
+    kl_beta: float = 0.0  # > 0: penalise the KL divergence to the starting model (a frozen copy)
     seed: int = 0
     out: str = "out"
 
@@ -67,6 +69,7 @@ def main(args: Args) -> None:
     policy = Cosmos3Model.embedded(device="cpu")  # the trainer's copy: replays with autograd
     policy.transformer.requires_grad_(True)
     optimizer = torch.optim.Adam(policy.transformer.parameters(), lr=args.learning_rate)
+    reference = Cosmos3Model.embedded(device="cpu") if args.kl_beta > 0 else None
 
     rng = np.random.default_rng(args.seed)
     success_rates, mean_rewards = [], []
@@ -83,7 +86,8 @@ def main(args: Args) -> None:
         mean_rewards.append(float(rewards.mean()))
         grpo_update(policy, optimizer, list(info["trajectory"]),
                     group_advantages(torch.from_numpy(rewards), args.group_size), args.clip_range, args.epochs,
-                    streams=None if set(streams) == {"video", "action"} else streams)
+                    streams=None if set(streams) == {"video", "action"} else streams, reference=reference,
+                    kl_beta=args.kl_beta)
         venv.update_weights(policy.transformer.state_dict())
 
     first, last, window = reward_curve(range(len(success_rates)), success_rates, out / "policy_grpo.png",
