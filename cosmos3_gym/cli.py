@@ -305,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="samples/s of the vector env against diffusers' pipeline (GPU) or "
                        "SyncVectorEnv (--cpu)")
-    p.add_argument("--cpu", action="store_true", help="embedded model on the CPU, against SyncVectorEnv")
+    p.add_argument("--cpu", action="store_true", help="on the CPU: the embedded model against SyncVectorEnv (with "
+                   "--mode world: the world bench)")
     common(p, device=False, overwrite=False)
     p.add_argument("--model", choices=["edge", "nano", "tiny"], default="edge", help="GPU: random weights at this "
                    "size; tiny: the embedded model (--mode world only) (default: %(default)s)")

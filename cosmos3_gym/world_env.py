@@ -34,7 +34,7 @@ def world_spaces(chunk: int, size: int) -> tuple[spaces.Box, spaces.Box]:
 
 
 def _checked_goal(goal):
-    if goal is not None and goal not in GOALS:
+    if goal is not None and (not isinstance(goal, str) or goal not in GOALS):
         raise ValueError(f"goal={goal!r} is invalid; use None (a random corner per episode) or one of {list(GOALS)}")
     return goal
 

@@ -1,5 +1,6 @@
 """The world as an environment: ProceduralWorld-v0 (ground truth) and Cosmos3World-v0 (imagined)."""
 
+import re
 import warnings
 
 import gymnasium as gym
@@ -133,9 +134,10 @@ def test_a_fixed_goal_is_every_episodes_goal_in_both_worlds(world):
         np.testing.assert_array_equal(a, b)
         assert info_a["prompt"] == info_b["prompt"] and info_a["prompt"].endswith("to the bottom right")
         assert truth.unwrapped.task.goal == "bottom right"
-    for make in (lambda: gym.make("ProceduralWorld-v0", goal="middle"), lambda: world(goal="middle")):
-        with pytest.raises(ValueError, match=r"goal='middle' is invalid.*'top left'"):
-            make()
+    for goal in ("middle", ["top left"]):
+        for make in (lambda: gym.make("ProceduralWorld-v0", goal=goal), lambda: world(goal=goal)):
+            with pytest.raises(ValueError, match=rf"goal={re.escape(repr(goal))} is invalid.*'top left'"):
+                make()
 
 
 def test_same_step_autoreset_and_the_sb3_adapter(world):
