@@ -221,7 +221,7 @@ def measure_forward(venv, guidance: float, options: dict | None = None) -> tuple
     episodes = [engine.episode(s) for s in slots]
     packed = pack_cfg_rows(engine.model, [(e.cond_ids, e.uncond_ids, e.row) for e in episodes])
     rows = {name: [e.current(name).unsqueeze(0) if name == "video" else e.current(name)
-                   for e in episodes for _ in range(2)] for name in engine.streams}
+                   for _ in range(2) for e in episodes] for name in engine.streams}  # pack_cfg_rows' order
     timesteps = [float(episodes[0].timesteps[1])] * 2 * n
     engine.model.velocity(packed, rows, timesteps)  # fills this packing's text cache
     forward = _timed(lambda: engine.model.velocity(packed, rows, timesteps), engine.device, 5)

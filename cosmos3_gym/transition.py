@@ -23,16 +23,20 @@ from .trajectory import Trajectory
 
 def pack_cfg_rows(model: Cosmos3Model, requests: Sequence[tuple]) -> PackedRows:
     """Pack ``(cond_ids, uncond_ids, row)`` requests (``row``: the request's :class:`RowSpec`, its
-    ``input_ids`` ignored) as rows: per request the conditional row, then the unconditional one
-    (the order :func:`transition` reads them back)."""
-    return model.pack([replace(row, input_ids=tuple(ids)) for cond, uncond, row in requests for ids in (cond, uncond)])
+    ``input_ids`` ignored) as rows: the conditional rows of all requests, then their
+    unconditional rows (the order :func:`transition` reads them back). Consecutive rows of equal
+    lengths attend in one call (:class:`~cosmos3_gym.packing.RowLayout`): the unconditional rows
+    share the negative prompt, and the conditional rows of a group share theirs."""
+    conditional = [replace(row, input_ids=tuple(cond)) for cond, _, row in requests]
+    unconditional = [replace(row, input_ids=tuple(uncond)) for _, uncond, row in requests]
+    return model.pack(conditional + unconditional)
 
 
 def noisy_masks(packed: PackedRows, latents: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
     """Per stream, a bool mask broadcastable to its ``[b, ...]`` latents, True on the elements each
     request generates (None: all of them). Clean video frames, given action tokens and action
     channels above the domain's raw dimension (which the pipeline keeps at zero) are not generated."""
-    rows = packed.rows[0::2]
+    rows = packed.rows[: len(packed.rows) // 2]  # the conditional rows, one per request
     device = latents["video"].device
     frames = latents["video"].shape[2]
     masks: dict[str, torch.Tensor | None] = {"video": None}
@@ -79,14 +83,15 @@ def transition(model: Cosmos3Model, packed: PackedRows, latents: dict[str, torch
     stream's SDE step copies those elements unchanged and scores the generated ones only.
     Autograd is as the caller set it.
     """
-    rows = {name: [tensor[j : j + 1] if name == "video" else tensor[j] for j in range(len(tensor)) for _ in range(2)]
-            for name, tensor in latents.items()}
-    velocities = model.forward_rows(packed, rows, [float(t) for t in timesteps for _ in range(2)])
+    rows = {name: [tensor[j : j + 1] if name == "video" else tensor[j] for j in range(len(tensor))] * 2
+            for name, tensor in latents.items()}  # the packing's order: conditional rows, then unconditional
+    velocities = model.forward_rows(packed, rows, [float(t) for t in timesteps] * 2)
     masks = noisy_masks(packed, latents)
     steps, velocity = {}, {}
+    b = len(velocities) // 2
     for name, x in latents.items():
-        cond = torch.stack([v[name] for v in velocities[0::2]])
-        uncond = torch.stack([v[name] for v in velocities[1::2]])
+        cond = torch.stack([v[name] for v in velocities[:b]])
+        uncond = torch.stack([v[name] for v in velocities[b:]])
         g = guidance.float().to(cond.device).view(-1, *([1] * (cond.ndim - 1)))
         guided = uncond + g * (cond - uncond)
         mask = masks[name]

@@ -7,6 +7,7 @@ import torch
 
 from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.packing import FLEX_PAD_MULTIPLE, RowSpec
+from cosmos3_gym.vector_env import Cosmos3RolloutVectorEnv
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -48,3 +49,21 @@ def test_compiled_vision_pathway_matches_eager(tiny_model):
         for a, b in zip(v_compiled, v_eager):
             a, b = a["video"], b["video"]
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_the_unconditional_rows_and_a_groups_conditional_rows_attend_as_two_batches(tiny_model):
+    """pack_cfg_rows puts the conditional rows first, then the unconditional ones, so a GRPO group
+    (one prompt, one negative prompt) is two runs of equal-length rows: two SDPA calls per layer."""
+    from cosmos3_gym.transition import pack_cfg_rows
+
+    venv = Cosmos3RolloutVectorEnv(4, num_steps=2, reward="none", model=tiny_model,
+                                   prompts=("a big red ball slides to the right",))
+    venv.reset(seed=0)
+    engine = venv.engine
+    episodes = [engine.episode(i) for i in range(4)]
+    packed = pack_cfg_rows(tiny_model, [(e.cond_ids, e.uncond_ids, e.row) for e in episodes])
+    cond, uncond = len(episodes[0].cond_ids), len(episodes[0].uncond_ids)
+    assert cond != uncond
+    assert [(rows, und_len) for _, _, rows, und_len, _ in packed.layout.runs] == [(4, cond), (4, uncond)]
+    assert [row.input_ids for row in packed.rows] == [tuple(e.cond_ids) for e in episodes] + [
+        tuple(e.uncond_ids) for e in episodes]

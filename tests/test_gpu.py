@@ -34,6 +34,23 @@ def test_bf16_batched_replay_is_exact_on_the_gpu():
     assert torch.equal(venv.engine.replay_log_probs(trajectories), rollout)
 
 
+@pytest.mark.parametrize("attention", ["flex", "sdpa"])
+def test_bf16_replay_in_env_order_is_exact_at_a_real_size(attention):
+    """Edge size, both attention backends: the unconditional rows (one negative prompt) attend as
+    one batch, the conditional rows of a shared prompt as another; the replay repeats it exactly."""
+    model = random_model("edge", "cuda", torch.bfloat16, compile=False)
+    model.attention = attention
+    model.install_processors()
+    venv = Cosmos3RolloutVectorEnv(4, num_frames=9, height=256, width=256, num_steps=2, reward="none", model=model,
+                                   prompts=("a big red ball slides to the right",), array_type="torch")
+    venv.reset(seed=0)
+    for _ in range(2):
+        _, _, _, _, info = venv.step(torch.tensor(venv.default_action, device="cuda").repeat(4, 1))
+    trajectories = list(info["trajectory"])
+    rollout = torch.stack([t.log_probs for t in trajectories]).cuda()
+    assert torch.equal(venv.engine.replay_log_probs(trajectories), rollout)
+
+
 def test_leading_frames_encode_alone_on_the_wan22_vae():
     """On the GPU, in bf16, at a real VAE's size: the first frame encoded alone gives the clean
     latent frame of the whole padded clip that Cosmos3OmniPipeline encodes, bit for bit."""
