@@ -152,11 +152,11 @@ def bench(args) -> int:
     elif args.cpu:
         benchmarks.bench_cpu(args.num_envs, args.steps or 8, args.episodes, args.env)
     elif args.workers:
-        benchmarks.bench_workers(args.model, args.num_envs, args.height, args.width, args.frames or 21,
+        benchmarks.bench_workers(args.model, args.num_envs, args.height, args.width or 832, args.frames or 21,
                                  args.steps or 10, args.guidance, args.episodes, args.workers)
     else:
         frames = args.frames or (21 if args.mode == "t2v" else 17)
-        benchmarks.bench_gpu(args.model, args.num_envs, args.height, args.width, frames, args.steps or 10,
+        benchmarks.bench_gpu(args.model, args.num_envs, args.height, args.width or 832, frames, args.steps or 10,
                              args.guidance, args.pipeline_samples, args.episodes, mode=args.mode)
     return 0
 
@@ -312,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "size; tiny: the embedded model (--mode world only) (default: %(default)s)")
     p.add_argument("--num-envs", type=_positive_int, default=16, help="envs stepped together (default: %(default)s)")
     p.add_argument("--height", type=_positive_int, default=480, help="GPU: pixels (default: %(default)s)")
-    p.add_argument("--width", type=_positive_int, default=832, help="GPU: pixels (default: %(default)s)")
+    p.add_argument("--width", type=_positive_int, default=None, help="GPU: pixels (default: 832; --mode world is "
+                   "square, --height pixels)")
     p.add_argument("--frames", type=_positive_int, default=None, help="GPU: video frames (default 21; 17 in an "
                    "action mode: a chunk of 16 actions)")
     p.add_argument("--workers", type=_positive_int, default=None, metavar="W", help="GPU: samples/s on W GPUs "
@@ -355,6 +356,14 @@ def main(argv=None) -> int:
     _check_outputs(command_parser, args)  # after the device check: it creates the output folders
     if args.command == "bench" and args.model == "tiny" and args.mode != "world":
         command_parser.error(f"--model tiny is for --mode world only (got --mode {args.mode}); use edge or nano")
+    if args.command == "bench" and args.mode == "world":
+        for flag, value in (("--workers", args.workers), ("--width", args.width)):
+            if value is not None:
+                command_parser.error(f"{flag} {value} does not apply to --mode world (one GPU, square frames of "
+                                     "--height pixels); leave it out")
+        if args.frames is not None and args.frames < 2:
+            command_parser.error(f"--frames {args.frames} is invalid in --mode world: use >= 2 (the first frame "
+                                 "and one per action of the chunk)")
     if args.command == "bench" and not args.cpu:
         import torch
 

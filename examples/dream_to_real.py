@@ -5,8 +5,8 @@ random commands, PPO trained in the true world, and PPO trained only inside Cosm
 forward-dynamics imagination with the same budget. The dream-to-real gap is the last two's
 ratio. Writes a table (stdout and ``out/dream_to_real.txt``) and a bar plot.
 
-The policies see only pixels, so the goal corner is fixed (``--goal``); both worlds draw the
-same objects and starts. The imagined envs are one :class:`Cosmos3WorldVectorEnv` (one batched
+The policies see only pixels, so the goal corner is fixed (``--goal``); both worlds draw their
+tasks from a seed the same way. The imagined envs are one :class:`Cosmos3WorldVectorEnv` (one batched
 generation per step for all envs) behind SB3's VecEnv interface.
 
     python examples/dream_to_real.py                   # out/dream_to_real.txt and .png (H200: 2 min;

@@ -53,6 +53,10 @@ def cli_error(argv, capsys) -> str:
     (["demo", "--threads", "0"], "argument --threads: 0 is invalid; use an integer >= 1"),
     (["demo", "--env", "Nope-v0"], "argument --env: invalid choice: 'Nope-v0' (choose from"),
     (["demo", "--device", "gpu"], "argument --device: 'gpu' is not a torch device; use cpu, cuda or cuda:N"),
+    (["bench", "--cpu", "--model", "tiny"], "--model tiny is for --mode world only (got --mode t2v)"),
+    (["bench", "--cpu", "--mode", "world", "--workers", "2"], "--workers 2 does not apply to --mode world"),
+    (["bench", "--cpu", "--mode", "world", "--width", "64"], "--width 64 does not apply to --mode world"),
+    (["bench", "--cpu", "--mode", "world", "--frames", "1"], "--frames 1 is invalid in --mode world: use >= 2"),
 ])
 def test_bad_inputs_are_argparse_errors(argv, expected, capsys, no_run):
     assert expected in cli_error(argv, capsys)
