@@ -324,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "--frames - 1 actions per chunk, default 8; --episodes timed env steps) against the "
                    "pipeline in forward-dynamics mode once per env and chunk (default: %(default)s)")
     p.add_argument("--steps", type=_positive_int, default=None, help="denoising steps (default 10 on GPU, 8 with "
-                   "--cpu)")
+                   "--cpu, 4 in --mode world)")
     p.add_argument("--guidance", type=float, default=6.0, help="GPU: guidance scale (default: %(default)s)")
     p.add_argument("--pipeline-samples", type=_positive_int, default=4, help="GPU: timed diffusers pipeline calls "
                    "(default: %(default)s)")

@@ -104,8 +104,8 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
         result["median_position_error_px"] = float(np.median(values))
     elif mode == "inverse_dynamics":
         result["mean_action_cosine"] = float(np.mean(values))
-        # what perfect vision could infer: each frame's true motion over MAX_SPEED (nothing while a
-        # wall stops the object), the ceiling of any inverse-dynamics model of this world
+        # a reference: the commands read off each frame's true motion (over MAX_SPEED; nothing while
+        # a wall stops the object, so only a guess of the hidden push could score higher)
         seen = [np.diff(np.vstack([t.start, push(t, t.start, c, size)]), axis=0).ravel() / MAX_SPEED
                 for t, c in zip(tasks, commands)]
         result["mean_action_cosine_perfect_vision"] = float(np.mean(

@@ -3,6 +3,7 @@ policy-gradient passes over stored trajectories (the trainer's side of the rollo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -20,6 +21,14 @@ def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-4)).view(-1, 1)
 
 
+def checked_kl_beta(kl_beta) -> float:
+    """``kl_beta`` as a float: a finite number >= 0 (0: no KL penalty); anything else raises."""
+    if isinstance(kl_beta, bool) or not isinstance(kl_beta, (int, float)) or not math.isfinite(kl_beta) \
+            or kl_beta < 0:
+        raise ValueError(f"kl_beta={kl_beta!r} is invalid; use a finite number >= 0 (0: no KL penalty)")
+    return float(kl_beta)
+
+
 def grpo_update(policy: Cosmos3Model, optimizer: torch.optim.Optimizer, trajectories: Sequence[Trajectory],
                 advantages: torch.Tensor, clip_range: float = 0.2, epochs: int = 2,
                 streams: Sequence[str] | None = None, reference: Cosmos3Model | None = None,
@@ -28,14 +37,19 @@ def grpo_update(policy: Cosmos3Model, optimizer: torch.optim.Optimizer, trajecto
     ratio is exactly 1 (the replay repeats the rollout). ``streams``: score only these, by their
     exact log-density (the stored per-stream sums; e.g. the 16 action elements of a policy
     rewarded on its actions); default: every stream, by the per-element mean log-prob as
-    Flow-GRPO does for images. ``kl_beta`` > 0 adds ``kl_beta`` times the KL divergence to
-    ``reference`` (the frozen starting model), estimated on the stored transitions with the
-    non-negative, unbiased ``exp(d) - d - 1``, ``d = log p_ref - log p_policy`` (GRPO's k3),
-    so that the policy sharpens where the reward says without drifting everywhere else.
-    Returns the last loss."""
-    if kl_beta < 0 or (kl_beta > 0) != (reference is not None):
+    Flow-GRPO does for images. ``kl_beta`` > 0 adds ``kl_beta`` times GRPO's k3 penalty
+    ``exp(d) - d - 1``, ``d = log p_ref - log p_policy``, on the stored transitions, toward
+    ``reference`` (a frozen copy of the starting model): non-negative, zero where the policy
+    agrees with the reference, and in expectation the KL divergence for transitions the
+    current policy sampled (the first epoch's; with the default per-element mean log-probs, a
+    scaled one). Returns the last loss."""
+    checked_kl_beta(kl_beta)
+    if (kl_beta > 0) != (reference is not None):
         raise ValueError(f"kl_beta={kl_beta!r} with reference={'a model' if reference else None}: give both "
                          "(kl_beta > 0 and the frozen reference model) or neither")
+    if reference is policy:
+        raise ValueError("reference is the policy itself, so the penalty would always be 0; pass a frozen copy "
+                         "(e.g. Cosmos3Model.embedded() or copy.deepcopy(policy) before training)")
     if streams is None:
         old_log_probs, reduction = torch.stack([t.log_probs for t in trajectories]), "mean"  # [B, N]
     else:

@@ -33,8 +33,10 @@ class Cosmos3SB3VecEnv(VecEnv):
     vector env (the same value for every index), except the per-env attributes
     ``prompt``, ``negative_prompt``, ``seed`` and ``step``.
 
-    The world model as SB3's env: ``Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(16,
-    autoreset_mode=AutoresetMode.SAME_STEP))``; its episode ends carry ``is_success``.
+    The world model as SB3's env: ``Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(16, goal="top left",
+    autoreset_mode=AutoresetMode.SAME_STEP))``; its episode ends carry ``is_success``. SB3's
+    policies see only the frame, so give the world a fixed ``goal`` (the prompt that names a
+    random goal does not reach them).
     """
 
     def __init__(self, venv: Cosmos3RolloutVectorEnv, rescale_actions: bool = False):
@@ -103,15 +105,15 @@ class Cosmos3SB3VecEnv(VecEnv):
             for i in np.flatnonzero(infos.get(f"_{key}", ())):
                 step_infos[i][key] = infos[key][i].item()
         if "final_obs" in infos:
-            final = infos["final_obs"]
+            final, ended_infos = infos["final_obs"], infos["final_info"]  # the ended episodes' step infos
             for i in np.flatnonzero(infos["_final_obs"]):
                 step_infos[i]["terminal_observation"] = self._single_obs(final, i)
                 step_infos[i]["TimeLimit.truncated"] = bool(truncated[i])
-                step_infos[i]["trajectory"] = infos["trajectory"][i]
-                if "success" in infos:  # SB3 logs the success rate of episodes from "is_success"
-                    step_infos[i]["is_success"] = bool(infos["success"][i])
-                if "error" in infos and infos["_error"][i]:
-                    step_infos[i]["error"] = infos["error"][i]
+                step_infos[i]["trajectory"] = ended_infos["trajectory"][i]
+                if "success" in ended_infos:  # SB3 logs the success rate of episodes from "is_success"
+                    step_infos[i]["is_success"] = bool(ended_infos["success"][i])
+                if "error" in ended_infos and ended_infos["_error"][i]:
+                    step_infos[i]["error"] = ended_infos["error"][i]
         return obs, rewards.astype(np.float32), dones, step_infos
 
     def close(self) -> None:

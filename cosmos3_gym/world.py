@@ -143,8 +143,16 @@ class PushTask:
         return f"move the {self.size} {self.color} {self.shape} to the {self.goal}"
 
 
+def checked_goal(goal) -> str | None:
+    """``goal`` as a key of :data:`GOALS` (or None: a random corner per task); anything else raises."""
+    if goal is not None and (not isinstance(goal, str) or goal not in GOALS):
+        raise ValueError(f"goal={goal!r} is invalid; use None (a random corner per episode) or one of {list(GOALS)}")
+    return None if goal is None else str(goal)
+
+
 def sample_task(rng: np.random.Generator, size: int = 32, goal: str | None = None) -> PushTask:
     """A random object, anywhere but already in its goal, and a goal corner (``goal``, or a random one)."""
+    goal = checked_goal(goal)
     scale = str(rng.choice(list(SIZES)))
     drawn = str(rng.choice(list(GOALS)))
     goal = drawn if goal is None else goal

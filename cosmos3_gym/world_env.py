@@ -21,7 +21,7 @@ from .engine import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
 from .interrupts import deferred_interrupts
 from .presets import load_preset
 from .spaces import build_engine, checked_action, checked_options
-from .world import GOALS, PushTask, draw, push, sample_task, task_reward
+from .world import PushTask, checked_goal, draw, push, sample_task, task_reward
 
 CHUNK, HORIZON, SIZE = 8, 8, 32
 
@@ -31,12 +31,6 @@ def world_spaces(chunk: int, size: int) -> tuple[spaces.Box, spaces.Box]:
     command in [-1, 1] per frame of the chunk."""
     return (spaces.Box(0, 255, (size, size, 3), np.uint8),
             spaces.Box(-1.0, 1.0, (chunk, 2), np.float32))
-
-
-def _checked_goal(goal):
-    if goal is not None and (not isinstance(goal, str) or goal not in GOALS):
-        raise ValueError(f"goal={goal!r} is invalid; use None (a random corner per episode) or one of {list(GOALS)}")
-    return goal
 
 
 def _checked_int(name: str, value, low: int = 1) -> int:
@@ -89,7 +83,7 @@ class ProceduralWorldEnv(gym.Env):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
         self.size = _checked_int("size", size, 16)
-        self.goal, self.render_mode = _checked_goal(goal), render_mode
+        self.goal, self.render_mode = checked_goal(goal), render_mode
         self.observation_space, self.action_space = world_spaces(self.chunk, self.size)
         self.task: PushTask | None = None
 
@@ -136,8 +130,9 @@ class Cosmos3WorldVectorEnv(VectorEnv):
     with ``kind``, ``guidance_scale`` and ``noise_level`` (``kind="ode"``: a deterministic
     imagination, log-probs 0).
 
-    Autoreset: ``NEXT_STEP`` (Gymnasium's default), ``SAME_STEP`` (the ended episode's last frame
-    in ``infos["final_obs"]``, its infos in ``infos["final_info"]``; what SB3 expects, see
+    Autoreset: ``NEXT_STEP`` (Gymnasium's default), ``SAME_STEP`` (an ended episode's last frame
+    in ``infos["final_obs"]`` (a batch array, valid where ``infos["_final_obs"]``), its step infos
+    in ``infos["final_info"]``, the new episode's prompt at the top level; what SB3 expects, see
     :class:`~cosmos3_gym.sb3.Cosmos3SB3VecEnv`) or ``DISABLED``. Every call is
     transactional: a call that raises leaves every env as it was.
 
@@ -156,12 +151,13 @@ class Cosmos3WorldVectorEnv(VectorEnv):
                  render_mode: str | None = None, device=None, dtype=None, model=None):
         self.num_envs = _checked_int("num_envs", num_envs)
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
-        self.size, self.goal = _checked_int("size", size, 16), _checked_goal(goal)
+        self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
-        if autoreset_mode not in (*AutoresetMode, *(mode.value for mode in AutoresetMode)):
-            raise ValueError(f"autoreset_mode={autoreset_mode!r} is not supported; use NEXT_STEP, SAME_STEP or "
-                             "DISABLED")
+        if not (isinstance(autoreset_mode, AutoresetMode)
+                or isinstance(autoreset_mode, str) and autoreset_mode in {mode.value for mode in AutoresetMode}):
+            raise ValueError(f"autoreset_mode={autoreset_mode!r} is not supported; use AutoresetMode.NEXT_STEP, "
+                             "SAME_STEP or DISABLED (or their values 'NextStep', 'SameStep', 'Disabled')")
         self.autoreset_mode, self.render_mode = AutoresetMode(autoreset_mode), render_mode
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         self.preset = load_preset("Cosmos3ForwardDynamicsRollout-v0").override(
@@ -232,12 +228,19 @@ class Cosmos3WorldVectorEnv(VectorEnv):
                      _prompt=np.ones(self.num_envs, dtype=bool))
         ended = terminated | truncated
         if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
-            infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=dict(infos),
+            # Gymnasium's SAME_STEP: the ended envs' step infos move to final_info (masked to those
+            # envs, copies), and the top level keeps only their reset info (the new prompt).
+            final_info = {}
+            for key in [k for k in infos if not k.startswith("_")]:
+                final_info[key], final_info[f"_{key}"] = infos[key].copy(), infos[f"_{key}"] & ended
+                infos[f"_{key}"] = infos[f"_{key}"] & ~ended
+            infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=final_info,
                          _final_info=ended.copy())
             for i in np.flatnonzero(ended):  # the next episode starts in this step's observation
                 tasks[i] = sample_task(rngs[i], self.size, self.goal)
                 frames[i], t[i] = draw(tasks[i], tasks[i].start, self.size), 0
             infos["prompt"] = np.array([task.prompt for task in tasks], dtype=object)
+            infos["_prompt"] = np.ones(self.num_envs, dtype=bool)
             ended[:] = False
         with deferred_interrupts():
             self._rngs, self.tasks, self.frames, self.t = rngs, tasks, frames, t

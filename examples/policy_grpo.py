@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.args import parse_args
-from cosmos3_gym.grpo import group_advantages, grpo_update
+from cosmos3_gym.grpo import checked_kl_beta, group_advantages, grpo_update
 from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.plots import reward_curve
 from cosmos3_gym.world import draw, push, sample_task, task_reward
@@ -55,6 +55,7 @@ def true_world_rewards(tasks, actions: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def main(args: Args) -> None:
+    checked_kl_beta(args.kl_beta)  # before any rollout
     torch.manual_seed(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -141,29 +141,45 @@ def test_a_fixed_goal_is_every_episodes_goal_in_both_worlds(world):
 
 
 def test_same_step_autoreset_and_the_sb3_adapter(world):
-    """SAME_STEP (what SB3 needs): an ended episode's last imagined frame goes to final_obs and
-    the next episode's first frame is the observation of the same step."""
+    """SAME_STEP (what SB3 needs): an ended episode's last imagined frame goes to final_obs, its
+    step infos to final_info, and the next episode's first frame is the observation of the same step."""
     from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
 
+    actions = np.stack([LEFT_DOWN, -LEFT_DOWN])
     venv = world(num_envs=2, horizon=1, autoreset_mode=AutoresetMode.SAME_STEP).unwrapped
     _, infos = venv.reset(seed=8)
-    obs, _, terminated, truncated, step_infos = venv.step(np.stack([LEFT_DOWN, -LEFT_DOWN]))
-    assert (terminated | truncated).all() and step_infos["_final_obs"].all()
-    np.testing.assert_array_equal(step_infos["final_obs"], step_infos["frames"][:, -1])
-    assert list(step_infos["final_info"]["prompt"]) == list(infos["prompt"])
+    obs, _, terminated, truncated, step_infos = venv.step(actions)
+    final = step_infos["final_info"]
+    assert (terminated | truncated).all() and step_infos["_final_obs"].all() and final["_frames"].all()
+    np.testing.assert_array_equal(step_infos["final_obs"], final["frames"][:, -1])
+    assert list(final["prompt"]) == list(infos["prompt"])
     for i, task in enumerate(venv.tasks):
         np.testing.assert_array_equal(obs[i], draw(task, task.start))
         assert step_infos["prompt"][i] == task.prompt
-    assert (venv.t == 0).all() and not venv.needs_reset.any()
+    assert (venv.t == 0).all() and not venv.needs_reset.any() and not step_infos["_frames"].any()
 
-    sb3 = Cosmos3SB3VecEnv(venv)
+    sb3 = Cosmos3SB3VecEnv(venv)  # the same episode again, through SB3
     sb3.seed(8)
     sb3.reset()
-    obs, rewards, dones, sb3_infos = sb3.step(np.stack([LEFT_DOWN, -LEFT_DOWN]))
+    _, rewards, dones, sb3_infos = sb3.step(actions)
     assert dones.all() and rewards.dtype == np.float32
     for i, info in enumerate(sb3_infos):
         np.testing.assert_array_equal(info["terminal_observation"], step_infos["final_obs"][i])
-        assert info["is_success"] == bool(step_infos["success"][i]) and info["TimeLimit.truncated"] == truncated[i]
+        assert info["is_success"] == bool(final["success"][i]) and info["TimeLimit.truncated"] == truncated[i]
+        assert info["trajectory"].action_mode == "forward_dynamics"
+
+    # only env 0 ends: env 1's step infos stay at the top level, env 0's move to final_info (copies)
+    venv = world(num_envs=2, horizon=2, autoreset_mode=AutoresetMode.SAME_STEP).unwrapped
+    venv.reset(seed=8)
+    venv.t[0] = venv.horizon - 1  # env 0 at its last step
+    _, _, terminated, truncated, step_infos = venv.step(actions)
+    assert (terminated | truncated).tolist() == [True, False]
+    final = step_infos["final_info"]
+    assert final["_frames"].tolist() == [True, False] and step_infos["_frames"].tolist() == [False, True]
+    assert final["frames"] is not step_infos["frames"] and step_infos["_prompt"].all()
+    np.testing.assert_array_equal(final["frames"][0], step_infos["frames"][0])
+    with pytest.raises(ValueError, match=r"autoreset_mode='SAME_STEP' is not supported; use AutoresetMode"):
+        world(num_envs=2, autoreset_mode="SAME_STEP")
 
 
 # The shipped model's forward-dynamics error (benchmarks/adherence.txt: median over 64 tasks and 8
