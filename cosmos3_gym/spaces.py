@@ -63,11 +63,17 @@ def action_space(preset: Preset, stream_shapes: dict) -> spaces.Space:
     return spaces.Box(low, high, dtype=np.float32)
 
 
-def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple = (), device="cpu"):
+CONTROL_HINT = ("(guidance_scale, noise_level); clip it or widen the preset's guidance_bounds / "
+                "noise_level_bounds")
+
+
+def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple = (), device="cpu",
+                   bounds_hint: str = CONTROL_HINT):
     """The action as a float32 tensor of shape ``batch_shape + space.shape`` on ``device`` (for a
     ``Dict`` space: a dict of them, one per key).
 
-    Accepts numpy arrays, torch tensors and nested lists; raises ``ValueError`` saying what is wrong.
+    Accepts numpy arrays, torch tensors and nested lists; raises ``ValueError`` saying what is wrong
+    (``bounds_hint``: what the bounded entries mean and how to fix an out-of-bounds one).
     """
     if isinstance(space, spaces.Dict):
         if not isinstance(action, dict) or set(action) != set(space.spaces):
@@ -99,10 +105,15 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
     if np.isfinite(space.low).all() and np.isfinite(space.high).all():
         low = torch.as_tensor(space.low, device=device, dtype=torch.float64)
         high = torch.as_tensor(space.high, device=device, dtype=torch.float64)
-        if bool(((exact < low) | (exact > high)).any()):
-            raise ValueError(f"action {tensor.tolist()} lies outside the action space bounds "
-                             f"low={space.low.tolist()}, high={space.high.tolist()} (guidance_scale, noise_level); "
-                             f"clip it or widen the preset's guidance_bounds / noise_level_bounds")
+        outside = (exact < low) | (exact > high)
+        if bool(outside.any()):
+            first = tuple(outside.nonzero()[0].tolist())
+            shown = tensor.tolist() if tensor.numel() <= 8 else (
+                f"array ({int(outside.sum())} entries outside; the first, action{list(first)} = {float(exact[first]):g})")
+            uniform = space.low.min() == space.low.max() and space.high.min() == space.high.max()
+            bounds = (f"[{space.low.min():g}, {space.high.max():g}] (every entry)" if uniform
+                      else f"low={space.low.tolist()}, high={space.high.tolist()}")
+            raise ValueError(f"action {shown} lies outside the action space bounds {bounds} {bounds_hint}")
     return tensor
 
 

@@ -24,6 +24,7 @@ from .spaces import build_engine, checked_action, checked_options
 from .world import PushTask, checked_goal, draw, push, sample_task, task_reward
 
 CHUNK, HORIZON, SIZE = 8, 8, 32
+COMMAND_HINT = "(a velocity command (dx, dy) per frame); clip the commands to [-1, 1]"
 
 
 def world_spaces(chunk: int, size: int) -> tuple[spaces.Box, spaces.Box]:
@@ -97,7 +98,7 @@ class ProceduralWorldEnv(gym.Env):
     def step(self, action):
         if self.task is None or self.t is None:
             raise RuntimeError("call reset() before step() (and after an episode ends)")
-        action = checked_action(action, self.action_space).numpy()
+        action = checked_action(action, self.action_space, bounds_hint=COMMAND_HINT).numpy()
         centres = push(self.task, self.position, action, self.size)
         frames = np.stack([draw(self.task, tuple(c), self.size) for c in centres])
         reward, success = task_reward(self.frame, frames, self.task.goal)
@@ -194,7 +195,8 @@ class Cosmos3WorldVectorEnv(VectorEnv):
     def step(self, actions):
         if self.tasks[0] is None:
             raise RuntimeError("call reset() before step()")
-        actions = checked_action(actions, self.single_action_space, (self.num_envs,)).numpy()
+        actions = checked_action(actions, self.single_action_space, (self.num_envs,),
+                                 bounds_hint=COMMAND_HINT).numpy()
         resetting = np.flatnonzero(self.needs_reset).tolist()
         if resetting and self.autoreset_mode == AutoresetMode.DISABLED:
             raise RuntimeError(f"envs {resetting} have ended their episodes: call reset()")
@@ -300,7 +302,7 @@ class Cosmos3WorldEnv(gym.Env):
     def step(self, action):
         if self.vector.tasks[0] is None or self.vector.needs_reset[0]:
             raise RuntimeError("call reset() before step() (and after an episode ends)")
-        action = checked_action(action, self.action_space).numpy()
+        action = checked_action(action, self.action_space, bounds_hint=COMMAND_HINT).numpy()
         obs, rewards, terminated, truncated, infos = self.vector.step(action[None])
         info = {key: value[0] for key, value in infos.items() if not key.startswith("_")}
         info["success"] = bool(info["success"])
