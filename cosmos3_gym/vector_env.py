@@ -67,7 +67,9 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
     Spaces are the single env's (:class:`~cosmos3_gym.env.Cosmos3RolloutEnv`) batched with
     ``batch_space``. ``array_type="numpy"`` (default): observations, rewards, flags and
     infos are numpy arrays that lie in those spaces, so Gymnasium's vector wrappers
-    (``RecordEpisodeStatistics``, ``NormalizeReward``, ``NumpyToTorch``, ...) work unmodified.
+    (``RecordEpisodeStatistics``, ``NormalizeReward``, ...) work unmodified. Its array
+    conversions (``NumpyToTorch``, ``ArrayConversion``) do not: they move infos through DLPack,
+    which carries no strings or objects (the prompts and trajectories); use
     ``array_type="torch"``: the same values as torch tensors on the engine's device (no
     host round trip of the latents; the spaces still describe shapes and dtypes).
     Actions may be torch tensors or numpy arrays either way.

@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -174,18 +173,21 @@ def test_every_flag_has_help_and_env_choices_are_the_presets():
     assert "--threads" in {s for a in parser.commands["bench"]._actions for s in a.option_strings}
 
 
-def test_import_is_light_and_help_is_fast():
+def test_import_is_light_and_help_imports_no_torch():
     code = ("import sys, gymnasium as gym, cosmos3_gym; print('torch' in sys.modules);"
             "print(sorted(i for i in gym.registry if i.startswith('Cosmos3')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT).stdout
     assert out.split("\n")[:2] == ["False", "['Cosmos3ForwardDynamicsRollout-v0', 'Cosmos3InverseDynamicsRollout-v0', 'Cosmos3PolicyRollout-v0', 'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0', 'Cosmos3RolloutV2V-v0', 'Cosmos3World-v0']"]
     script = Path(sys.executable).parent / "cosmos3-gym"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "cosmos3_gym.cli"]
-    start = time.perf_counter()
     result = subprocess.run([*command, "--help"], capture_output=True, text=True, env={**os.environ})
-    seconds = time.perf_counter() - start
     assert result.returncode == 0 and "evaluate" in result.stdout
-    assert seconds < 1.5, f"cosmos3-gym --help took {seconds:.2f} s"
+    # --help is fast because building every subcommand's help imports neither torch nor diffusers
+    code = ("import sys; from cosmos3_gym import cli; parser = cli.build_parser(); parser.format_help();"
+            "[command.format_help() for command in parser.commands.values()];"
+            "print(sorted(m for m in ('torch', 'diffusers', 'stable_baselines3') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    assert out.strip() == "[]"
 
 
 def test_bench_cpu_results_on_stdout_bars_on_stderr(capsys, monkeypatch, keep_threads):
