@@ -386,8 +386,7 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
     actions = rng.uniform(-1, 1, (steps + 1, num_envs, chunk, 2)).astype(np.float32)
     frames, infos = venv.reset(seed=0)
     request = dict(mode="forward_dynamics", num_frames=chunk + 1, height=size, width=size, num_steps=num_steps,
-                   guidance_scale=guidance,
-                   resolution_tier=venv.preset.resolution_tier, output_type="np")
+                   guidance_scale=guidance, resolution_tier=venv.preset.resolution_tier, output_type="np")
     options = {"image": [Image.fromarray(frame) for frame in frames], "actions": actions[0],
                "prompt": str(infos["prompt"][0])}
     pipe_rate, _ = measure_pipeline(world_model, request, pipeline_samples, options)

@@ -54,6 +54,10 @@ def adherence(env_id: str = "Cosmos3Rollout-v0", samples: int = 128, seed: int =
             "rows": rows}
 
 
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-8))
+
+
 def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int = 16, **overrides) -> dict:
     """The world model against the action world, on ``samples`` tasks drawn from ``seed``.
 
@@ -95,7 +99,7 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
                                   if found.color is not None else float(size))
             elif mode == "inverse_dynamics":
                 a, b = info["actions"][j].ravel(), commands[i].ravel()
-                values.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-8)))
+                values.append(_cosine(a, b))
             else:
                 values.append(goal_distance(tuple(push(task, task.start, info["actions"][j], size)[-1]), task.goal,
                                             size) <= SUCCESS_RADIUS)
@@ -108,8 +112,8 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
         # a wall stops the object, so only a guess of the hidden push could score higher)
         seen = [np.diff(np.vstack([t.start, push(t, t.start, c, size)]), axis=0).ravel() / MAX_SPEED
                 for t, c in zip(tasks, commands)]
-        result["mean_action_cosine_perfect_vision"] = float(np.mean(
-            [a @ c.ravel() / (np.linalg.norm(a) * np.linalg.norm(c) + 1e-8) for a, c in zip(seen, commands)]))
+        result["mean_action_cosine_perfect_vision"] = float(np.mean([_cosine(a, c.ravel())
+                                                                     for a, c in zip(seen, commands)]))
     else:
         rng = np.random.default_rng(seed + 1)
         baselines = {

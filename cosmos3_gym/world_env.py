@@ -148,8 +148,9 @@ class Cosmos3WorldVectorEnv(VectorEnv):
 
     def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE,
                  goal: str | None = None, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,
-                 noise_level: float = 0.7, domain: str = "pusht", autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-                 render_mode: str | None = None, device=None, dtype=None, model=None):
+                 noise_level: float = 0.7, domain: str = "pusht",
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
+                 device=None, dtype=None, model=None):
         self.num_envs = _checked_int("num_envs", num_envs)
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
         self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
@@ -207,9 +208,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict = {}
-        for i in resetting:  # NEXT_STEP: the step after an episode's end starts a new one
-            tasks[i] = sample_task(rngs[i], self.size, self.goal)
-            frames[i], t[i] = draw(tasks[i], tasks[i].start, self.size), 0
+        self._start_episodes(resetting, rngs, tasks, frames, t)  # NEXT_STEP: the step after an episode's end
         if stepping:
             imagined, trajectories = self._imagine(stepping, [tasks[i] for i in stepping], frames[stepping],
                                                    actions[stepping], rngs)
@@ -238,9 +237,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
                 infos[f"_{key}"] = infos[f"_{key}"] & ~ended
             infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=final_info,
                          _final_info=ended.copy())
-            for i in np.flatnonzero(ended):  # the next episode starts in this step's observation
-                tasks[i] = sample_task(rngs[i], self.size, self.goal)
-                frames[i], t[i] = draw(tasks[i], tasks[i].start, self.size), 0
+            self._start_episodes(np.flatnonzero(ended), rngs, tasks, frames, t)  # in this step's observation
             infos["prompt"] = np.array([task.prompt for task in tasks], dtype=object)
             infos["_prompt"] = np.ones(self.num_envs, dtype=bool)
             ended[:] = False
@@ -248,6 +245,12 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             self._rngs, self.tasks, self.frames, self.t = rngs, tasks, frames, t
             self.needs_reset = ended
         return frames.copy(), rewards, terminated, truncated, infos
+
+    def _start_episodes(self, envs, rngs: list, tasks: list, frames: np.ndarray, t: np.ndarray) -> None:
+        """Autoreset: a new task and first frame for each of ``envs``, written into the step's copies."""
+        for i in envs:
+            tasks[i] = sample_task(rngs[i], self.size, self.goal)
+            frames[i], t[i] = draw(tasks[i], tasks[i].start, self.size), 0
 
     def _imagine(self, slots: list[int], tasks: list[PushTask], frames: np.ndarray, actions: np.ndarray,
                  rngs: list[np.random.Generator]) -> tuple[np.ndarray, list]:
