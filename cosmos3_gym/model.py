@@ -344,24 +344,38 @@ class Cosmos3Model:
         latent, clean = self._encode_leading(frames, num_frames)
         return Condition(latent=latent, clean_frames=clean)
 
-    def _encode_leading(self, frames: torch.Tensor, num_frames: int, size: torch.Tensor | None = None
-                        ) -> tuple[torch.Tensor, tuple[int, ...]]:
+    def _encode_leading(self, frames: torch.Tensor, num_frames: int) -> tuple[torch.Tensor, tuple[int, ...]]:
         """The latent ``[C, T, H, W]`` of a clip whose first ``F = frames.shape[2]`` frames are given,
         and its clean latent frames ``0 .. (F - 1) // 4``; the other latent frames are zero (they are
         generated: ``m * x0 + (1 - m) * noise`` never reads them). The VAE is causal in time (its
         first chunk is the first frame alone, then chunks of 4 with a cache of the past), so these
         latent frames are bit for bit those of the whole padded clip the pipeline encodes, at a
-        fraction of the cost. ``size``: an action canvas's, whose padding is cropped off after."""
-        pipe = self.pipeline
-        latent = pipe._encode_video(frames).float()
-        if size is not None:
-            latent = pipe._remove_action_video_padding_from_latent(latent, size)
-        latent = latent[0]
+        fraction of the cost."""
+        return self._padded(self.pipeline._encode_video(frames).float()[0], num_frames)
+
+    def _padded(self, latent: torch.Tensor, num_frames: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """The encoded leading latent frames ``[C, t, H, W]`` zero-padded to ``num_frames``' latent
+        length, and the indices of the encoded (clean) ones."""
         clean = tuple(range(latent.shape[1]))
         total = (num_frames - 1) // self.temporal_compression + 1
         padded = latent.new_zeros((latent.shape[0], total, *latent.shape[2:]))
         padded[:, : len(clean)] = latent[:, :total]
         return padded, clean[:total]
+
+    @torch.no_grad()
+    def encode_action_clips(self, clips, resolution_tier: int, num_frames: int, given: int | None = None
+                            ) -> torch.Tensor:
+        """fp32 latents ``[B, C, T, h, w]`` of uint8 clips ``[F, H, W, 3]`` of one shape, each padded
+        into the tier's canvas as ``Cosmos3OmniPipeline`` pads the ``num_frames`` frames of an action
+        request, its first ``given`` frames (default: all) encoded in one VAE call and the latent
+        cropped back to the content (the envs' conditions one clip at a time, the trainer's clips in
+        batches: batching changes the encode's rounding, not its math)."""
+        pipe = self.pipeline
+        canvases = [pipe._prepare_action_video_conditioning(unit_frames(clip), resolution_tier, num_frames,
+                                                            device=self.device, dtype=self.vae.dtype)
+                    for clip in clips]
+        latent = pipe._encode_video(torch.cat([canvas[:, :, :given] for canvas, *_ in canvases])).float()
+        return pipe._remove_action_video_padding_from_latent(latent, canvases[0][1])
 
     @staticmethod
     def action_canvas(height: int, width: int, resolution_tier: int) -> tuple[int, int]:
@@ -386,12 +400,9 @@ class Cosmos3Model:
         first frame is encoded, see :meth:`_encode_leading`) or all of them (``inverse_dynamics``);
         the ``chunk`` given ``actions`` ``[chunk, raw_dim]``, zero-padded to the model's
         ``action_dim``, clean (``forward_dynamics``) or all action tokens generated."""
-        pipe = self.pipeline
-        clip = unit_frames([image] if image is not None else video)
-        frames, size, _, _ = pipe._prepare_action_video_conditioning(clip, resolution_tier, chunk + 1,
-                                                                     device=self.device, dtype=self.vae.dtype)
-        given = frames.shape[2] if mode == "inverse_dynamics" else 1
-        latent, clean = self._encode_leading(frames[:, :, :given], chunk + 1, size)
+        clip = [image] if image is not None else video
+        given = None if mode == "inverse_dynamics" else 1  # every frame, or the first alone (the VAE is causal)
+        latent, clean = self._padded(self.encode_action_clips([clip], resolution_tier, chunk + 1, given)[0], chunk + 1)
         action = torch.zeros((chunk, int(self.transformer.config.action_dim)), device=self.device)
         if mode == "forward_dynamics":
             given = torch.as_tensor(np.asarray(actions), dtype=torch.float32, device=self.device)

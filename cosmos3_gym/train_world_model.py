@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .args import parse_args
-from .model import Cosmos3Model, unit_frames
+from .model import Cosmos3Model
 from .packing import RowSpec
 from .streams import checked_domain
 from .tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
@@ -124,8 +124,8 @@ def _weights(spec: str) -> dict[str, float]:
 
 @dataclass
 class ActionPool:
-    """Played-out chunks of the action world, encoded once: each clip padded into the resolution
-    tier's canvas, encoded and cropped back, as ``Cosmos3Model.encode_action_condition`` encodes
+    """Played-out chunks of the action world, encoded once with
+    :meth:`~cosmos3_gym.model.Cosmos3Model.encode_action_clips`, as the envs encode their
     conditions (the VAE is causal, so latent frame 0 is also the policy / forward-dynamics
     condition). The canvas encode is most of an action batch's cost; the pool pays it once."""
 
@@ -138,15 +138,11 @@ class ActionPool:
     def build(cls, model: Cosmos3Model, count: int, expert: bool, seed: int, tier: int, device) -> "ActionPool":
         from tqdm import tqdm
 
-        pipe, rng, chunk = model.pipeline, np.random.default_rng(seed), NUM_FRAMES - 1
+        rng, chunk = np.random.default_rng(seed), NUM_FRAMES - 1
         prompts, latents, commands = [], [], []
         for start in tqdm(range(0, count, 32), desc=f"{'expert' if expert else 'random'} action pool"):
             tasks, frames, moves = action_chunks(rng, min(32, count - start), chunk, expert=expert)
-            canvases = [pipe._prepare_action_video_conditioning(unit_frames(clip), tier, NUM_FRAMES, device=device,
-                                                                dtype=torch.float32) for clip in frames]
-            size = canvases[0][1]
-            latents.append(pipe._remove_action_video_padding_from_latent(
-                pipe._encode_video(torch.cat([canvas for canvas, *_ in canvases])), size).float())
+            latents.append(model.encode_action_clips(frames, tier, NUM_FRAMES))
             prompts += [task.prompt for task in tasks]
             commands.append(torch.from_numpy(moves))
         return cls(prompts, torch.cat(latents), torch.cat(commands).to(device))
