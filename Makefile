@@ -20,10 +20,15 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist) of one torch thread each; the Ray tests
+# stay together in one of them (one local Ray instance per process). `make test TEST_WORKERS=0`
+# runs it in this process.
+TEST_WORKERS ?= 2
+
 .PHONY: demo test
 # --overwrite: a second `make demo` replaces out/demo.mp4 (the CLI refuses to by default).
 demo: $(VENV)/.installed
 	$(VENV)/bin/cosmos3-gym demo --overwrite
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests

@@ -17,6 +17,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, per_env_seeds
+from .info_columns import as_object_column
 from .presets import Preset, load_preset
 from .spaces import checked_options
 
@@ -237,7 +238,7 @@ class Cosmos3RayVectorEnv(VectorEnv):
                     parts.append(np.full((len(envs), *like.shape[1:]), None, dtype=object))
                 else:  # masks are False, values zero: masked out
                     parts.append(np.zeros((len(envs), *like.shape[1:]), dtype=like.dtype))
-            merged[key] = np.concatenate(parts)
+            merged[key] = as_object_column(np.concatenate(parts))
         return merged
 
     # --- the VectorEnv API --------------------------------------------------------------

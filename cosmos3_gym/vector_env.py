@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, RolloutEngine, per_env_seeds, rng_continuation
+from .info_columns import object_column
 from .interrupts import deferred_interrupts
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
@@ -67,11 +68,12 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
     Spaces are the single env's (:class:`~cosmos3_gym.env.Cosmos3RolloutEnv`) batched with
     ``batch_space``. ``array_type="numpy"`` (default): observations, rewards, flags and
     infos are numpy arrays that lie in those spaces, so Gymnasium's vector wrappers
-    (``RecordEpisodeStatistics``, ``NormalizeReward``, ...) work unmodified. Its array
-    conversions (``NumpyToTorch``, ``ArrayConversion``) do not: they move infos through DLPack,
-    which carries no strings or objects (the prompts and trajectories); use
-    ``array_type="torch"``: the same values as torch tensors on the engine's device (no
-    host round trip of the latents; the spaces still describe shapes and dtypes).
+    (``RecordEpisodeStatistics``, ``NormalizeReward``, ...) work unmodified, and so do its
+    array conversions (``NumpyToTorch``, ``ArrayConversion``): they convert every numeric
+    entry and keep the entries of Python objects (prompts, trajectories, messages: an
+    :class:`~cosmos3_gym.info_columns.ObjectColumn`) as they are. ``array_type="torch"``: the
+    same values as torch tensors on the engine's device, without the host round trip of the
+    latents that such a conversion makes (the spaces still describe shapes and dtypes).
     Actions may be torch tensors or numpy arrays either way.
 
     ``reset(seed=s)`` seeds env ``i`` with ``s + i`` (or takes a list of B seeds; seeds lie in
@@ -231,7 +233,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             self.engine.commit(resets=dict(zip(envs, episodes)))
             self._rng = rng
         prompts = [e.prompt for e in self.engine.episodes]
-        infos = {"seed": np.array(seeds, dtype=np.int64), "prompt": np.array(prompts, dtype=object),
+        infos = {"seed": np.array(seeds, dtype=np.int64), "prompt": object_column(prompts),
                  "_seed": mask.copy(), "_prompt": mask.copy()}
         return self._obs(), infos
 
@@ -419,7 +421,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
 
     def _out_masked(self, key: str, values: dict) -> dict:
         """``{key: object array with values at their envs, _key: mask}``."""
-        column = np.full(self.num_envs, None, dtype=object)
+        column = object_column(size=self.num_envs)
         for env, value in values.items():
             column[env] = value
         return {key: column, f"_{key}": self._masked(list(values))}
@@ -450,7 +452,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         rows = {slot: j for j, slot in enumerate(transition.slots)}
         errors = [i for i in ended if not finite[i]]
         if errors:
-            error = np.full(n, "", dtype=object)
+            error = object_column([""] * n)
             for i in errors:
                 error[i] = nan_error(self.engine.episode(i).step)
             infos["error"], infos["_error"] = error, self._masked(errors)

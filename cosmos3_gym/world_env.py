@@ -18,6 +18,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
+from .info_columns import object_column
 from .interrupts import deferred_interrupts
 from .presets import load_preset
 from .spaces import build_engine, checked_action, checked_options
@@ -191,7 +192,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             self._rngs, self.tasks = rngs, tasks
             self.frames = np.stack([draw(task, task.start, self.size) for task in tasks])
             self.t[:], self.needs_reset[:] = 0, False
-        return self.frames.copy(), {"prompt": np.array([t.prompt for t in tasks], dtype=object)}
+        return self.frames.copy(), {"prompt": object_column(t.prompt for t in tasks)}
 
     def step(self, actions):
         if self.tasks[0] is None:
@@ -219,13 +220,13 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             mask = np.isin(np.arange(self.num_envs), stepping)
             chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
             chunk_frames[stepping] = imagined
-            column = np.full(self.num_envs, None, dtype=object)
+            column = object_column(size=self.num_envs)
             column[stepping] = trajectories
             log_prob = np.full(self.num_envs, np.nan)
             log_prob[stepping] = [float(tr.log_prob_sums.sum()) for tr in trajectories]
             infos.update(frames=chunk_frames, _frames=mask, trajectory=column, _trajectory=mask,
                          log_prob_sum=log_prob, _log_prob_sum=mask, success=terminated.copy(), _success=mask)
-        infos.update(prompt=np.array([task.prompt for task in tasks], dtype=object),
+        infos.update(prompt=object_column(task.prompt for task in tasks),
                      _prompt=np.ones(self.num_envs, dtype=bool))
         ended = terminated | truncated
         if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
@@ -238,7 +239,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=final_info,
                          _final_info=ended.copy())
             self._start_episodes(np.flatnonzero(ended), rngs, tasks, frames, t)  # in this step's observation
-            infos["prompt"] = np.array([task.prompt for task in tasks], dtype=object)
+            infos["prompt"] = object_column(task.prompt for task in tasks)
             infos["_prompt"] = np.ones(self.num_envs, dtype=bool)
             ended[:] = False
         with deferred_interrupts():

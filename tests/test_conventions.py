@@ -140,6 +140,40 @@ def test_gymnasium_vector_wrappers_work_unmodified():
     assert infos["episode"]["l"].tolist() == [2, 2] and infos["_episode"].all()
 
 
+@pytest.mark.parametrize("env_id", ["Cosmos3Rollout-v0", "Cosmos3World-v0"])
+def test_gymnasium_array_conversions_convert_numbers_and_keep_objects(env_id):
+    """NumpyToTorch over the vector env gives the unwrapped env's values as tensors; prompts,
+    trajectories and a prompt in the reset options pass through as they are."""
+    import torch
+    from gymnasium.wrappers.vector import NumpyToTorch
+
+    kwargs = {"num_steps": 2} | ({"reward": "brightness"} if env_id == "Cosmos3Rollout-v0" else {"horizon": 2})
+    options = {"prompt": "a red ball moves to the left"} if env_id == "Cosmos3Rollout-v0" else None
+    plain = gym.make_vec(env_id, num_envs=NUM_ENVS, vectorization_mode="vector_entry_point", **kwargs)
+    converted = NumpyToTorch(gym.make_vec(env_id, num_envs=NUM_ENVS, vectorization_mode="vector_entry_point",
+                                          **kwargs))
+    actions = np.tile(plain.unwrapped.default_action, (NUM_ENVS, 1)) if env_id == "Cosmos3Rollout-v0" else \
+        np.full((NUM_ENVS, *plain.single_action_space.shape), 0.5, dtype=np.float32)
+    results = [(plain.reset(seed=3, options=options), converted.reset(seed=3, options=options))]
+    for _ in range(2):
+        results.append((plain.step(actions), converted.step(torch.as_tensor(actions))))
+    for want, got in results:
+        for w, g in zip(want, got):
+            w, g = (w, g) if isinstance(w, dict) else ({"": w}, {"": g})
+            assert w.keys() == g.keys()
+            for key in w:
+                if isinstance(w[key], dict):  # the episode statistics, final_info
+                    continue
+                if w[key].dtype == object:
+                    assert type(g[key]) is type(w[key]) and all(a is b or a == b for a, b in zip(w[key], g[key])), key
+                else:
+                    assert isinstance(g[key], torch.Tensor) and np.array_equal(g[key].numpy(), w[key]), key
+    infos = results[-1][1][-1]
+    assert all(isinstance(t, cosmos3_gym.Trajectory) for t in infos["trajectory"][infos["_trajectory"].numpy()])
+    if options:
+        assert results[0][1][1]["prompt"].tolist() == [options["prompt"]] * NUM_ENVS
+
+
 def test_sb3_vec_wrappers_with_default_arguments():
     env = VecFrameStack(VecNormalize(VecMonitor(make("sb3"))), n_stack=2)
     obs = env.reset()

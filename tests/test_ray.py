@@ -13,6 +13,8 @@ ray = pytest.importorskip("ray")
 from cosmos3_gym.ray_env import Cosmos3RayVectorEnv  # noqa: E402
 
 STEPS = 3
+# One local Ray instance per test process: under pytest-xdist these tests share one worker.
+pytestmark = pytest.mark.xdist_group("ray")
 
 
 @pytest.fixture(scope="module")
