@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .model import Cosmos3Model
+from .model import Cosmos3Model, compiles_by_default
 from .packing import PackedRows
 from .tiny_model import SCHEDULER_CONFIG, build_tiny_tokenizer
 from .transition import pack_cfg_rows, replay_log_probs
@@ -282,7 +282,7 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     request = dict(num_frames=num_frames, height=height, width=width, num_steps=num_steps, guidance_scale=guidance)
     options = mode_inputs(mode, num_envs, num_frames, height, width)
     pipe_rate, encode = measure_pipeline(model, {**request, "mode": mode}, pipeline_samples, options)
-    model.compile = model.attention == "flex"
+    model.compile = compiles_by_default(device, model.transformer.config)
     model.install_processors()
 
     # Ours: one engine, all envs in one forward per step; latent-only like the pipeline's output_type="latent".
@@ -390,7 +390,7 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
     options = {"image": [Image.fromarray(frame) for frame in frames], "actions": actions[0],
                "prompt": str(infos["prompt"][0])}
     pipe_rate, _ = measure_pipeline(world_model, request, pipeline_samples, options)
-    world_model.compile = on_gpu and world_model.attention == "flex"
+    world_model.compile = compiles_by_default(device, world_model.transformer.config)
     world_model.install_processors()  # the env's own attention again
 
     venv.step(actions[0])  # warm-up

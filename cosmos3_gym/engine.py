@@ -426,8 +426,8 @@ class RolloutEngine:
         e = episode or self.episode(slot)
         k = e.step
 
-        def host(tensor, end):
-            return None if tensor is None else tensor[:end].detach().cpu().clone()
+        def host(tensor, end):  # one copy, whether the engine runs on the CPU or not
+            return None if tensor is None else tensor[:end].detach().to("cpu", copy=True)
 
         streams = {}
         for name in self.streams:

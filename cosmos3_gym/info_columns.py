@@ -40,10 +40,10 @@ def _kept(value, xp, device=None):
 
 
 def _register_with_gymnasium() -> None:
-    """Let Gymnasium's array conversions keep object columns and strings (Gymnasium >= 1.1)."""
+    """Let Gymnasium's array conversions keep object columns and strings."""
     try:
         from gymnasium.wrappers.array_conversion import array_conversion
-    except ImportError:  # Gymnasium 1.0 converts with per-framework functions; nothing to register
+    except ImportError:  # without array-api-compat (gymnasium[torch]) there are no conversions to register with
         return
     array_conversion.register(ObjectColumn)(_kept)
     array_conversion.register(str)(_kept)
