@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, per_env_seeds
-from .info_columns import as_object_column
+from .vector_infos import as_object_column
 from .presets import Preset, load_preset
 from .spaces import checked_options
 

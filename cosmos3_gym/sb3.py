@@ -101,9 +101,10 @@ class Cosmos3SB3VecEnv(VecEnv):
         obs, rewards, terminated, truncated, infos = self.venv.step(self._actions)
         dones = terminated | truncated
         step_infos = [{} for _ in range(self.num_envs)]
-        for key in INFO_KEYS:
-            for i in np.flatnonzero(infos.get(f"_{key}", ())):
-                step_infos[i][key] = infos[key][i].item()
+        for layer in (infos, infos.get("final_info", {})):  # running envs, then the ended ones
+            for key in INFO_KEYS:
+                for i in np.flatnonzero(layer.get(f"_{key}", ())):
+                    step_infos[i][key] = layer[key][i].item()
         if "final_obs" in infos:
             final, ended_infos = infos["final_obs"], infos["final_info"]  # the ended episodes' step infos
             for i in np.flatnonzero(infos["_final_obs"]):

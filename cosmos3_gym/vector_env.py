@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, RolloutEngine, per_env_seeds, rng_continuation
-from .info_columns import object_column
+from .vector_infos import object_column, split_final_info
 from .interrupts import deferred_interrupts
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
@@ -71,7 +71,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
     (``RecordEpisodeStatistics``, ``NormalizeReward``, ...) work unmodified, and so do its
     array conversions (``NumpyToTorch``, ``ArrayConversion``): they convert every numeric
     entry and keep the entries of Python objects (prompts, trajectories, messages: an
-    :class:`~cosmos3_gym.info_columns.ObjectColumn`) as they are. ``array_type="torch"``: the
+    :class:`~cosmos3_gym.vector_infos.ObjectColumn`) as they are. ``array_type="torch"``: the
     same values as torch tensors on the engine's device, without the host round trip of the
     latents that such a conversion makes (the spaces still describe shapes and dtypes).
     Actions may be torch tensors or numpy arrays either way.
@@ -90,11 +90,14 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
 
     Autoreset: ``autoreset_mode`` (``metadata["autoreset_mode"]``) is ``NEXT_STEP``
     (Gymnasium's default: the step after an episode ends resets that env and ignores its
-    action), ``SAME_STEP`` (reset at once; ``infos["final_obs"]`` / ``infos["final_info"]``
-    hold the ended episode) or ``DISABLED``.
+    action), ``SAME_STEP`` (reset at once; as in Gymnasium's ``SyncVectorEnv``,
+    ``infos["final_obs"]`` / ``infos["final_info"]`` hold the ended episodes' last observation
+    and step infos) or ``DISABLED``. An env that begins an episode inside ``step`` reports
+    that episode's ``seed`` and ``prompt`` as ``reset`` does.
 
-    At an episode's end ``infos`` carries ``trajectory`` (an object array of
-    :class:`~cosmos3_gym.trajectory.Trajectory`, masked by ``_trajectory``) and ``frames``.
+    At an episode's end the step infos carry ``trajectory`` (an object array of
+    :class:`~cosmos3_gym.trajectory.Trajectory`, masked by ``_trajectory``) and ``frames``
+    (in ``final_info`` under ``SAME_STEP``).
 
     Every call is transactional: it validates and computes first and changes the envs
     last, so a call that raises (bad input, a reward function or a forward that throws,
@@ -232,10 +235,15 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         with deferred_interrupts():
             self.engine.commit(resets=dict(zip(envs, episodes)))
             self._rng = rng
-        prompts = [e.prompt for e in self.engine.episodes]
-        infos = {"seed": np.array(seeds, dtype=np.int64), "prompt": object_column(prompts),
-                 "_seed": mask.copy(), "_prompt": mask.copy()}
-        return self._obs(), infos
+        return self._obs(), self._reset_infos(envs)
+
+    def _reset_infos(self, envs: list[int]) -> dict:
+        """``seed`` and ``prompt`` of the episodes that ``envs`` have just begun, masked to them."""
+        seeds = np.zeros(self.num_envs, dtype=np.int64)
+        seeds[envs] = [self.engine.episode(i).seed for i in envs]
+        mask = self._masked(envs)
+        return {"seed": seeds, "_seed": mask, "prompt": object_column(e.prompt for e in self.engine.episodes),
+                "_prompt": mask.copy()}
 
     def _prepare_episodes(self, rng: np.random.Generator, options: dict, envs: list[int], seeds: list[int]) -> list:
         """Episodes for ``envs`` from the reset options (see :meth:`_requests`), not installed."""
@@ -382,6 +390,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
                 if ended:
                     rewards[ended], infos = self._score(ended, transition)
                     infos.update(self._generated(ended, transition))
+                infos.update(self._step_infos(transition))
             if ended and self.autoreset_mode == AutoresetMode.SAME_STEP:
                 same_step_resets = self._prepare_autoreset(ended, rng)
             # Everything that can fail has run: install the step (and the resets) in one section.
@@ -390,15 +399,17 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
                 self._rng = rng
                 if ended:
                     infos.update(self._out_masked("trajectory", {i: self.engine.trajectory(i) for i in ended}))
+                if resets:  # NEXT_STEP: these envs began new episodes in this step
+                    infos.update(self._reset_infos(resetting))
                 obs = self._obs()
-                if same_step_resets:
-                    infos["final_obs"], infos["final_info"] = obs, dict(infos)
-                    infos["_final_obs"] = infos["_final_info"] = np.isin(np.arange(n), ended)
+                if same_step_resets:  # Gymnasium's layout: the ended envs' step infos go to final_info
+                    final_obs, final_info, done = obs, split_final_info(infos, self._masked(ended)), self._masked(ended)
                     self.engine.commit(resets=same_step_resets)
                     obs = self._obs()
+                    infos.update(self._reset_infos(ended))
+                    infos.update(final_obs=final_obs, _final_obs=done, final_info=final_info, _final_info=done.copy())
         if transition is not None:
             terminations[ended] = True
-            infos.update(self._step_infos(transition))
         truncations = torch.zeros(n, dtype=torch.bool, device=self.device)
         if self.array_type == "numpy":
             return obs, rewards.cpu().numpy().astype(np.float64), terminations.cpu().numpy(), \

@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
-from .info_columns import object_column
+from .vector_infos import object_column, split_final_info
 from .interrupts import deferred_interrupts
 from .presets import load_preset
 from .spaces import build_engine, checked_action, checked_options
@@ -232,10 +232,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
             # Gymnasium's SAME_STEP: the ended envs' step infos move to final_info (masked to those
             # envs, copies), and the top level keeps only their reset info (the new prompt).
-            final_info = {}
-            for key in [k for k in infos if not k.startswith("_")]:
-                final_info[key], final_info[f"_{key}"] = infos[key].copy(), infos[f"_{key}"] & ended
-                infos[f"_{key}"] = infos[f"_{key}"] & ~ended
+            final_info = split_final_info(infos, ended)
             infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=final_info,
                          _final_info=ended.copy())
             self._start_episodes(np.flatnonzero(ended), rngs, tasks, frames, t)  # in this step's observation

@@ -72,6 +72,8 @@ def test_next_step_autoreset():
     obs, rewards, terminated, _, info = venv.step(default_actions(venv))
     assert obs["step"].tolist() == [[0], [0]] and (rewards == 0).all() and not terminated.any()
     assert "log_prob" not in info
+    assert info["_seed"].all() and info["seed"].tolist() == [e.seed for e in venv.unwrapped.engine.episodes]
+    assert info["_prompt"].all() and info["prompt"].tolist() == [e.prompt for e in venv.unwrapped.engine.episodes]
     obs, _, _, _, info = venv.step(default_actions(venv))
     assert obs["step"].tolist() == [[1], [1]] and np.isfinite(info["log_prob"]).all()
 
@@ -84,7 +86,14 @@ def test_same_step_autoreset_reports_the_final_observation():
     obs, rewards, terminated, _, info = venv.step(default_actions(venv))
     assert terminated.all() and obs["step"].tolist() == [[0], [0]]
     assert info["final_obs"]["step"].tolist() == [[2], [2]]
-    np.testing.assert_array_equal(info["final_obs"]["latent"][0], info["trajectory"][0].latents[-1].numpy())
+    # Gymnasium's SAME_STEP layout: the ended episodes' step infos in final_info, the new
+    # episodes' reset infos at the top level
+    final = info["final_info"]
+    assert final["_trajectory"].all() and final["_log_prob"].all() and np.isfinite(final["log_prob"]).all()
+    np.testing.assert_array_equal(info["final_obs"]["latent"][0], final["trajectory"][0].latents[-1].numpy())
+    assert not info["_trajectory"].any() and not info["_log_prob"].any()
+    assert info["_seed"].all() and info["seed"].tolist() == [t.seed for t in venv.unwrapped.engine.episodes]
+    assert set(info["seed"].tolist()).isdisjoint({0, 1})  # fresh seeds, not the first episodes'
 
 
 def test_disabled_autoreset_needs_reset_and_supports_reset_mask():
