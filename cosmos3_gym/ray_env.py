@@ -17,9 +17,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, per_env_seeds
-from .vector_infos import as_object_column
 from .presets import Preset, load_preset
 from .spaces import checked_options
+from .vector_infos import as_object_column
 
 
 ITEM_NDIM = {"image": 3, "video": 4, "actions": 2}  # one option item's dimensions (for every env)

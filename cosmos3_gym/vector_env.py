@@ -11,12 +11,12 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, RolloutEngine, per_env_seeds, rng_continuation
-from .vector_infos import object_column, split_final_info
 from .interrupts import deferred_interrupts
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, observation_space
 from .streams import LOG_PROB_INFO, OBS_KEYS, checked_domain
+from .vector_infos import object_column, split_final_info
 
 OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")
 # The reset options each conditioning takes, and the dimensions of one env's value.

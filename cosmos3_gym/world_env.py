@@ -18,10 +18,10 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .engine import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
-from .vector_infos import object_column, split_final_info
 from .interrupts import deferred_interrupts
 from .presets import load_preset
 from .spaces import build_engine, checked_action, checked_options
+from .vector_infos import object_column, split_final_info
 from .world import PushTask, checked_goal, draw, push, sample_task, task_reward
 
 CHUNK, HORIZON, SIZE = 8, 8, 32
