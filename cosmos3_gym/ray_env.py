@@ -19,7 +19,6 @@ from gymnasium.vector.utils import batch_space
 from .engine import SEED_RANGE, per_env_seeds
 from .presets import Preset, load_preset
 from .spaces import checked_options
-from .vector_infos import as_object_column
 
 
 ITEM_NDIM = {"image": 3, "video": 4, "actions": 2}  # one option item's dimensions (for every env)
@@ -238,7 +237,7 @@ class Cosmos3RayVectorEnv(VectorEnv):
                     parts.append(np.full((len(envs), *like.shape[1:]), None, dtype=object))
                 else:  # masks are False, values zero: masked out
                     parts.append(np.zeros((len(envs), *like.shape[1:]), dtype=like.dtype))
-            merged[key] = as_object_column(np.concatenate(parts))
+            merged[key] = np.concatenate(parts)
         return merged
 
     # --- the VectorEnv API --------------------------------------------------------------

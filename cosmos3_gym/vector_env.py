@@ -70,8 +70,8 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
     infos are numpy arrays that lie in those spaces, so Gymnasium's vector wrappers
     (``RecordEpisodeStatistics``, ``NormalizeReward``, ...) work unmodified, and so do its
     array conversions (``NumpyToTorch``, ``ArrayConversion``): they convert every numeric
-    entry and keep the entries of Python objects (prompts, trajectories, messages: an
-    :class:`~cosmos3_gym.vector_infos.ObjectColumn`) as they are. ``array_type="torch"``: the
+    entry and keep the entries of Python objects (prompts, trajectories, messages; see
+    :mod:`cosmos3_gym.vector_infos`) as they are. ``array_type="torch"``: the
     same values as torch tensors on the engine's device, without the host round trip of the
     latents that such a conversion makes (the spaces still describe shapes and dtypes).
     Actions may be torch tensors or numpy arrays either way.
@@ -90,9 +90,10 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
 
     Autoreset: ``autoreset_mode`` (``metadata["autoreset_mode"]``) is ``NEXT_STEP``
     (Gymnasium's default: the step after an episode ends resets that env and ignores its
-    action), ``SAME_STEP`` (reset at once; as in Gymnasium's ``SyncVectorEnv``,
-    ``infos["final_obs"]`` / ``infos["final_info"]`` hold the ended episodes' last observation
-    and step infos) or ``DISABLED``. An env that begins an episode inside ``step`` reports
+    action), ``SAME_STEP`` (reset at once; ``infos["final_info"]`` holds the ended episodes'
+    step infos, as in Gymnasium's ``SyncVectorEnv``, and ``infos["final_obs"]`` the batched
+    observation before the reset, one dict of arrays rather than an object array of per-env
+    dicts; both masked by ``_final_obs``) or ``DISABLED``. An env that begins an episode inside ``step`` reports
     that episode's ``seed`` and ``prompt`` as ``reset`` does.
 
     At an episode's end the step infos carry ``trajectory`` (an object array of
@@ -444,16 +445,16 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         for key, field in STEP_INFO:
             full = torch.full((n,), float("nan"), device=self.device)
             full[index] = getattr(transition, field).to(self.device, torch.float32)
-            infos[key], infos[f"_{key}"] = self._out(full), mask
+            infos[key], infos[f"_{key}"] = self._out(full), mask.copy()
         for name, values in transition.log_prob_sums.items():
             full = torch.full((n,), float("nan"), device=self.device)
             full[index] = values.to(self.device, torch.float32)
-            infos[LOG_PROB_INFO[name]], infos[f"_{LOG_PROB_INFO[name]}"] = self._out(full), mask
+            infos[LOG_PROB_INFO[name]], infos[f"_{LOG_PROB_INFO[name]}"] = self._out(full), mask.copy()
         deterministic = torch.zeros(n, dtype=torch.bool, device=self.device)
         deterministic[index] = transition.deterministic
-        infos["deterministic"], infos["_deterministic"] = self._out(deterministic), mask
+        infos["deterministic"], infos["_deterministic"] = self._out(deterministic), mask.copy()
         infos["weights_version"] = np.full(n, transition.weights_version, dtype=np.int64)
-        infos["_weights_version"] = mask
+        infos["_weights_version"] = mask.copy()
         return infos
 
     def _score(self, ended: list[int], transition) -> tuple[torch.Tensor, dict]:

@@ -1,13 +1,13 @@
 """Vector-env infos laid out as Gymnasium's own vector envs lay them out.
 
-Entries of Python objects (prompts, trajectories, messages), one per env: Gymnasium puts such
-entries in numpy object arrays, and its array conversions (``NumpyToTorch``,
-``ArrayConversion``) move every array through DLPack, which carries numbers only: an object
-array, or a string in ``reset(options=...)``, stops them. An :class:`ObjectColumn` is a numpy
-object array that those conversions hand over unchanged, so the numeric entries convert and
-the prompts and trajectories stay what they are. Importing this module (every vector env
-does) registers that with Gymnasium, and strings too (a string in reset options recursed
-without end).
+Entries of Python objects (prompts, trajectories, messages) are numpy object arrays, one
+entry per env, as in Gymnasium's vector envs. Gymnasium's array conversions
+(``NumpyToTorch``, ``ArrayConversion``) move every numpy array through DLPack, which carries
+numbers only, so an object or string array (in the infos, or as prompts in
+``reset(options=...)``) stopped them, and a plain string recursed without end. Importing
+this module (every vector env does) registers with Gymnasium's ``array_conversion`` that
+numpy arrays of objects or strings, and strings, pass unchanged; numeric arrays convert as
+before.
 
 ``SAME_STEP`` autoreset: :func:`split_final_info` moves the ended envs' step infos into
 ``final_info``, as ``SyncVectorEnv`` does.
@@ -21,23 +21,14 @@ import numpy as np
 import torch
 
 
-class ObjectColumn(np.ndarray):
-    """A numpy object array (``dtype=object``, one entry per env) that array conversions keep."""
-
-
-def object_column(values: Iterable[Any] | None = None, size: int | None = None) -> ObjectColumn:
-    """``values`` as an object column, or ``size`` entries of None; entries stay whole (an array
+def object_column(values: Iterable[Any] | None = None, size: int = 0) -> np.ndarray:
+    """``values`` as an object array, or ``size`` entries of None; entries stay whole (an array
     entry is not split into the column the way ``np.array(list_of_arrays)`` would)."""
     values = [None] * size if values is None else list(values)
     column = np.empty(len(values), dtype=object)
     for i, value in enumerate(values):
         column[i] = value
-    return column.view(ObjectColumn)
-
-
-def as_object_column(array: np.ndarray) -> np.ndarray:
-    """``array`` as an :class:`ObjectColumn` when it holds objects; any other array unchanged."""
-    return array.view(ObjectColumn) if array.dtype == object and not isinstance(array, ObjectColumn) else array
+    return column
 
 
 def split_final_info(infos: dict, ended: np.ndarray) -> dict:
@@ -58,12 +49,19 @@ def _kept(value, xp, device=None):
 
 
 def _register_with_gymnasium() -> None:
-    """Let Gymnasium's array conversions keep object columns and strings."""
+    """Let Gymnasium's array conversions keep arrays of objects or strings, and strings."""
     try:
         from gymnasium.wrappers.array_conversion import array_conversion
     except ImportError:  # without array-api-compat (gymnasium[torch]) there are no conversions to register with
         return
-    array_conversion.register(ObjectColumn)(_kept)
+    numeric = array_conversion.dispatch(np.ndarray)  # what numpy arrays reached so far
+    if getattr(numeric, "__module__", None) == __name__:  # registered already (a module reload)
+        return
+
+    def numpy_array(value, xp, device=None):
+        return value if value.dtype.kind in "OUS" else numeric(value, xp, device)
+
+    array_conversion.register(np.ndarray)(numpy_array)
     array_conversion.register(str)(_kept)
 
 

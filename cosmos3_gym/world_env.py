@@ -192,7 +192,8 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             self._rngs, self.tasks = rngs, tasks
             self.frames = np.stack([draw(task, task.start, self.size) for task in tasks])
             self.t[:], self.needs_reset[:] = 0, False
-        return self.frames.copy(), {"prompt": object_column(t.prompt for t in tasks)}
+        return self.frames.copy(), {"prompt": object_column(t.prompt for t in tasks),
+                                    "_prompt": np.ones(self.num_envs, dtype=bool)}
 
     def step(self, actions):
         if self.tasks[0] is None:
@@ -224,8 +225,9 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             column[stepping] = trajectories
             log_prob = np.full(self.num_envs, np.nan)
             log_prob[stepping] = [float(tr.log_prob_sums.sum()) for tr in trajectories]
-            infos.update(frames=chunk_frames, _frames=mask, trajectory=column, _trajectory=mask,
-                         log_prob_sum=log_prob, _log_prob_sum=mask, success=terminated.copy(), _success=mask)
+            infos.update(frames=chunk_frames, _frames=mask, trajectory=column, _trajectory=mask.copy(),
+                         log_prob_sum=log_prob, _log_prob_sum=mask.copy(), success=terminated.copy(),
+                         _success=mask.copy())  # one mask array per key, as Gymnasium makes them
         infos.update(prompt=object_column(task.prompt for task in tasks),
                      _prompt=np.ones(self.num_envs, dtype=bool))
         ended = terminated | truncated

@@ -172,6 +172,12 @@ def test_gymnasium_array_conversions_convert_numbers_and_keep_objects(env_id):
     assert all(isinstance(t, cosmos3_gym.Trajectory) for t in infos["trajectory"][infos["_trajectory"].numpy()])
     if options:
         assert results[0][1][1]["prompt"].tolist() == [options["prompt"]] * NUM_ENVS
+        prompts = np.array(["a red ball moves to the left", "a blue square moves up"])  # a numpy array of str
+        assert converted.reset(seed=3, options={"prompt": prompts})[1]["prompt"].tolist() == prompts.tolist()
+    plain.reset(seed=3)
+    infos = plain.step(actions)[-1]
+    masks = [v for k, v in infos.items() if k.startswith("_")]
+    assert len(masks) > 2 and len({id(m) for m in masks}) == len(masks)  # one mask array per key, as Gymnasium makes them
 
 
 def test_sb3_vec_wrappers_with_default_arguments():
