@@ -15,12 +15,13 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
 from .ray_env import make_vector_env
+from .streams import LOG_PROB_INFO
 from .vector_env import Cosmos3RolloutVectorEnv
 
 # Per-env views: get_attr(name) returns this field of env i's episode for env i.
 PER_ENV_ATTRIBUTES = ("prompt", "negative_prompt", "seed", "step")
-INFO_KEYS = ("log_prob", "log_prob_sum", "sigma", "sigma_next", "timestep", "guidance_scale", "noise_level",
-             "deterministic", "weights_version")
+INFO_KEYS = ("log_prob", "log_prob_sum", *LOG_PROB_INFO.values(), "sigma", "sigma_next", "timestep",
+             "guidance_scale", "noise_level", "deterministic", "weights_version")
 
 
 class Cosmos3SB3VecEnv(VecEnv):

@@ -21,6 +21,10 @@ def test_same_step_autoreset_with_terminal_observation():
     assert (obs["step"] == 0).all()  # already reset
     assert all(info["terminal_observation"]["step"] == [2] for info in infos)
     np.testing.assert_array_equal(infos[1]["terminal_observation"]["latent"], infos[1]["trajectory"].latents[-1])
+    # the ended episodes' last step infos (from final_info), the per-stream split included
+    trajectory = infos[1]["trajectory"]
+    assert infos[1]["log_prob_sum_video"] == pytest.approx(float(trajectory.log_prob_sums[-1]))
+    assert infos[1]["log_prob"] == pytest.approx(float(trajectory.log_probs[-1]))
     engine = env.venv.engine
     assert env.get_attr("prompt", indices=[0, 2]) == [engine.episode(0).prompt, engine.episode(2).prompt]
     assert env.env_is_wrapped(VecMonitor) == [False] * 3
