@@ -192,8 +192,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             self._rngs, self.tasks = rngs, tasks
             self.frames = np.stack([draw(task, task.start, self.size) for task in tasks])
             self.t[:], self.needs_reset[:] = 0, False
-        return self.frames.copy(), {"prompt": object_column(t.prompt for t in tasks),
-                                    "_prompt": np.ones(self.num_envs, dtype=bool)}
+        return self.frames.copy(), self._prompt_infos(tasks)
 
     def step(self, actions):
         if self.tasks[0] is None:
@@ -228,8 +227,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             infos.update(frames=chunk_frames, _frames=mask, trajectory=column, _trajectory=mask.copy(),
                          log_prob_sum=log_prob, _log_prob_sum=mask.copy(), success=terminated.copy(),
                          _success=mask.copy())  # one mask array per key, as Gymnasium makes them
-        infos.update(prompt=object_column(task.prompt for task in tasks),
-                     _prompt=np.ones(self.num_envs, dtype=bool))
+        infos.update(self._prompt_infos(tasks))
         ended = terminated | truncated
         if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
             # Gymnasium's SAME_STEP: the ended envs' step infos move to final_info (masked to those
@@ -238,13 +236,16 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=final_info,
                          _final_info=ended.copy())
             self._start_episodes(np.flatnonzero(ended), rngs, tasks, frames, t)  # in this step's observation
-            infos["prompt"] = object_column(task.prompt for task in tasks)
-            infos["_prompt"] = np.ones(self.num_envs, dtype=bool)
+            infos.update(self._prompt_infos(tasks))
             ended[:] = False
         with deferred_interrupts():
             self._rngs, self.tasks, self.frames, self.t = rngs, tasks, frames, t
             self.needs_reset = ended
         return frames.copy(), rewards, terminated, truncated, infos
+
+    def _prompt_infos(self, tasks: list[PushTask]) -> dict:
+        """Every env's task prompt (the reset info; a step reports it for every env too)."""
+        return {"prompt": object_column(task.prompt for task in tasks), "_prompt": np.ones(self.num_envs, dtype=bool)}
 
     def _start_episodes(self, envs, rngs: list, tasks: list, frames: np.ndarray, t: np.ndarray) -> None:
         """Autoreset: a new task and first frame for each of ``envs``, written into the step's copies."""
