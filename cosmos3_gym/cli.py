@@ -171,7 +171,9 @@ def evaluate(args) -> int:
 
     action = preset_tables()[args.env].get("conditioning") in ("forward_dynamics", "inverse_dynamics", "policy")
     measure = action_accuracy if action else adherence
-    result = measure(args.env, args.samples, args.seed, device=args.device)
+    sampler = {name: value for name, value in (("noise_level", args.noise_level),
+                                               ("guidance_scale", args.guidance_scale)) if value is not None}
+    result = measure(args.env, args.samples, args.seed, device=args.device, **sampler)
     text = report(result)
     print(text)
     if args.out:
@@ -344,6 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=2024, help="seed of the captions and of the episodes "
                    "(default: %(default)s)")
     p.add_argument("--out", default=None, help="also write the report to this file")
+    p.add_argument("--noise-level", type=float, default=None, help="the SDE's noise level in [0, 1]; 0 samples "
+                   "deterministically (default: the preset's, 0.7)")
+    p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance in [1, 10]; 1 runs "
+                   "no unconditional pass (default: the preset's, 4)")
     p.set_defaults(func=evaluate)
     parser.commands = sub.choices
     return parser
@@ -369,6 +375,13 @@ def main(argv=None) -> int:
         if args.frames is not None and args.frames < 2:
             command_parser.error(f"--frames {args.frames} is invalid in --mode world: use >= 2 (the first frame "
                                  "and one per action of the chunk)")
+    if args.command == "evaluate":
+        preset = preset_tables()[args.env]
+        for flag, value, bounds in (("--noise-level", args.noise_level, preset["noise_level_bounds"]),
+                                    ("--guidance-scale", args.guidance_scale, preset["guidance_bounds"])):
+            if value is not None and not bounds[0] <= value <= bounds[1]:
+                command_parser.error(f"{flag} {value} is outside {args.env}'s bounds [{bounds[0]}, {bounds[1]}]; "
+                                     "pick a value inside them or leave the flag out for the preset's")
     if args.command == "bench" and not args.cpu:
         import torch
 

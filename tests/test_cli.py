@@ -49,6 +49,9 @@ def cli_error(argv, capsys) -> str:
     (["rollout", "--episodes", "-1"], "argument --episodes: -1 is invalid; use an integer >= 1"),
     (["rollout", "--episodes", "0"], "argument --episodes: 0 is invalid; use an integer >= 1"),
     (["evaluate", "--samples", "0"], "argument --samples: 0 is invalid; use an integer >= 1"),
+    (["evaluate", "--noise-level", "1.5"], "--noise-level 1.5 is outside Cosmos3Rollout-v0's bounds [0.0, 1.0]"),
+    (["evaluate", "--noise-level", "nan"], "--noise-level nan is outside Cosmos3Rollout-v0's bounds"),
+    (["evaluate", "--guidance-scale", "0.5"], "--guidance-scale 0.5 is outside Cosmos3Rollout-v0's bounds [1.0, 10.0]"),
     (["demo", "--threads", "0"], "argument --threads: 0 is invalid; use an integer >= 1"),
     (["demo", "--env", "Nope-v0"], "argument --env: invalid choice: 'Nope-v0' (choose from"),
     (["demo", "--device", "gpu"], "argument --device: 'gpu' is not a torch device; use cpu, cuda or cuda:N"),
@@ -141,6 +144,19 @@ def test_rollout_writes_episodes(tmp_path, capsys, keep_threads):
                                                                      "episode_0001.safetensors"]
     assert cosmos3_gym.Trajectory.load(tmp_path / "runs" / "episode_0001.safetensors").seed == 1
     assert "2 trajectories in" in capsys.readouterr().out
+
+
+def test_evaluate_passes_the_sampler_flags_to_the_envs(tmp_path, capsys, keep_threads):
+    from cosmos3_gym.evaluate import adherence, report
+
+    argv = ["evaluate", "--env", "Cosmos3RolloutT2I-v0", "--device", "cpu", "--samples", "8",
+            "--noise-level", "0", "--guidance-scale", "1", "--out", str(tmp_path / "report.txt")]
+    assert cli.main(argv) == 0
+    direct = adherence("Cosmos3RolloutT2I-v0", 8, device="cpu", noise_level=0.0, guidance_scale=1.0)
+    assert (tmp_path / "report.txt").read_text() == report(direct) + "\n"
+    assert "'noise_level': 0.0, 'guidance_scale': 1.0" in capsys.readouterr().out
+    default = adherence("Cosmos3RolloutT2I-v0", 8, device="cpu")
+    assert default["rows"] != direct["rows"]  # the flags change the samples
 
 
 def test_configure_threads(monkeypatch, keep_threads):
