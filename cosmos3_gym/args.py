@@ -17,8 +17,21 @@ def parse_args(cls, argv=None, description: str | None = None):
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     for field in dataclasses.fields(cls):
         flag = f"--{field.name.replace('_', '-')}"
-        if isinstance(field.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
+        if isinstance(field.default, bool):  # the action appends "(default: ...)" itself
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help="")
         else:
-            parser.add_argument(flag, type=type(field.default), default=field.default)
-    return cls(**vars(parser.parse_args(argv)))
+            parser.add_argument(flag, type=type(field.default), default=field.default,
+                                help=f"{type(field.default).__name__} (default: %(default)s)")
+    try:
+        return cls(**vars(parser.parse_args(argv)))
+    except ValueError as error:  # a dataclass's own checks (require_at_least): usage and message, exit 2
+        parser.error(str(error))
+
+
+def require_at_least(args, **minimums) -> None:
+    """Raise ``ValueError`` for the first field of ``args`` below its minimum, named as its flag,
+    so a budget too small to run fails before any model loads (call from ``__post_init__``)."""
+    for name, minimum in minimums.items():
+        value = getattr(args, name)
+        if value < minimum:
+            raise ValueError(f"--{name.replace('_', '-')} {value} is too small; use {minimum} or more")

@@ -17,6 +17,9 @@ from .transition import replay_log_probs
 def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """``[B, 1]`` advantages: each reward standardised within its group of ``group_size``
     consecutive envs (the envs that shared a prompt and a conditioning)."""
+    if group_size < 2 or rewards.numel() % group_size:
+        raise ValueError(f"group_size={group_size} with {rewards.numel()} rewards: a group needs 2 or more members "
+                         "(advantages are relative within it) and the rewards must split into whole groups")
     groups = rewards.float().view(-1, group_size)
     return ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-4)).view(-1, 1)
 

@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.args import parse_args
+from cosmos3_gym.args import parse_args, require_at_least
 from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
 from cosmos3_gym.world_env import Cosmos3WorldVectorEnv
 
@@ -44,6 +44,9 @@ class Args:
     device: str = "cuda" if torch.cuda.is_available() else "cpu"  # the world model's
     seed: int = 0
     out: str = "out"
+
+    def __post_init__(self):
+        require_at_least(self, timesteps=1, num_envs=1, n_steps=2, num_steps=1, eval_episodes=1)
 
 
 def success_rate(policy, episodes: int, seed: int, goal: str) -> float:
@@ -83,11 +86,13 @@ def main(args: Args) -> None:
     results["PPO trained in imagination"] = success_rate(lambda obs: dream.predict(obs, deterministic=True)[0],
                                                          args.eval_episodes, eval_seed, args.goal)
 
-    ratio = results["PPO trained in imagination"] / max(results["PPO trained in the true world"], 1e-9)
+    real_rate = results["PPO trained in the true world"]
+    ratio = (f"{results['PPO trained in imagination'] / real_rate:.2f}" if real_rate > 0
+             else "undefined (no success in the true world: raise --timesteps)")
     lines = [f"success rate in ProceduralWorld-v0 over {args.eval_episodes} episodes "
              f"(goal: {args.goal}; PPO budget {args.timesteps} chunks each, seed {args.seed})"]
     lines += [f"{name:<32} {rate:6.1%}" for name, rate in results.items()]
-    lines.append(f"dream / real: {ratio:.2f}")
+    lines.append(f"dream / real: {ratio}")
     text = "\n".join(lines)
     print(text)
     (out / "dream_to_real.txt").write_text(text + "\n")
@@ -105,7 +110,7 @@ def main(args: Args) -> None:
     fig.tight_layout()
     fig.savefig(out / "dream_to_real.png", dpi=110)
     plt.close(fig)
-    print(f"wrote {out / 'dream_to_real.png'}")
+    print(f"wrote {out / 'dream_to_real.txt'} and {out / 'dream_to_real.png'}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.args import parse_args
+from cosmos3_gym.args import parse_args, require_at_least
 from cosmos3_gym.grpo import group_advantages, grpo_update
 from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.plots import reward_curve
@@ -43,6 +43,9 @@ class Args:
     clip_range: float = 0.2
     seed: int = 0
     out: str = "out"
+
+    def __post_init__(self):
+        require_at_least(self, num_groups=1, group_size=2, num_steps=1, iterations=1, epochs=1)
 
 
 def main(args: Args) -> None:

@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.args import parse_args
+from cosmos3_gym.args import parse_args, require_at_least
 from cosmos3_gym.grpo import checked_kl_beta, group_advantages, grpo_update
 from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.plots import reward_curve
@@ -45,6 +45,9 @@ class Args:
     kl_beta: float = 0.0  # > 0: penalise the KL divergence to the starting model (a frozen copy)
     seed: int = 0
     out: str = "out"
+
+    def __post_init__(self):
+        require_at_least(self, num_groups=1, group_size=2, num_steps=1, iterations=1, epochs=1)
 
 
 def true_world_rewards(tasks, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

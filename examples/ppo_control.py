@@ -18,7 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 from tqdm import tqdm
 
-from cosmos3_gym.args import parse_args
+from cosmos3_gym.args import parse_args, require_at_least
 from cosmos3_gym.plots import reward_curve
 from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
 
@@ -33,6 +33,10 @@ class Args:
     learning_rate: float = 1e-3
     seed: int = 0
     out: str = "out"
+
+    def __post_init__(self):  # every env ends an episode at least once: the curve needs one
+        require_at_least(self, num_envs=1, num_steps=1, n_steps=2,
+                         total_timesteps=self.num_envs * max(self.n_steps, self.num_steps))
 
 
 class EpisodeRewards(BaseCallback):

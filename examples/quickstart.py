@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.args import parse_args
+from cosmos3_gym.args import parse_args, require_at_least
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -30,6 +30,9 @@ class Args:
     out: str = "out"
     gallery: int = 0  # > 0: also render one vector-env episode over this many preset prompts
     scale: int = 6  # pixel upscaling of the written GIFs
+
+    def __post_init__(self):
+        require_at_least(self, gallery=0, scale=1)
 
 
 def upscale(frames: np.ndarray, scale: int) -> np.ndarray:

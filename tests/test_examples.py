@@ -49,6 +49,23 @@ def test_dream_to_real_smoke(tmp_path):
     assert (tmp_path / "dream_to_real.txt").read_text().strip().splitlines()[-1].startswith("dream / real:")
 
 
+@pytest.mark.parametrize("script, flags, message", [
+    ("grpo_finetune.py", ["--group-size", "1"], "--group-size 1 is too small; use 2 or more"),
+    ("policy_grpo.py", ["--iterations", "0"], "--iterations 0 is too small; use 1 or more"),
+    ("ppo_control.py", ["--num-envs", "2", "--total-timesteps", "1"], "--total-timesteps 1 is too small; use 32 or more"),
+    ("dream_to_real.py", ["--eval-episodes", "0"], "--eval-episodes 0 is too small; use 1 or more"),
+    ("quickstart.py", ["--scale", "0"], "--scale 0 is too small; use 1 or more"),
+])
+def test_a_budget_too_small_to_run_is_refused_before_anything_loads(script, flags, message, tmp_path):
+    result = subprocess.run([sys.executable, str(EXAMPLES / script), "--out", str(tmp_path), *flags],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    assert not any(tmp_path.iterdir())  # nothing ran
+    usage = subprocess.run([sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True,
+                           timeout=120).stdout
+    assert "int (default: " in usage and "str (default: out)" in usage
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_explore_notebook_executes(tmp_path):
     notebook = nbformat.read(EXAMPLES / "explore.ipynb", as_version=4)

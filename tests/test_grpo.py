@@ -41,6 +41,13 @@ def test_group_advantages_are_standardised_within_each_group():
     np.testing.assert_allclose(advantages.flatten().numpy(), expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("count, group_size", [(4, 1), (5, 2)])
+def test_group_advantages_need_whole_groups_of_two_or_more(count, group_size):
+    """A one-member group has no spread to standardise by (its std is NaN): refused, not NaN weights."""
+    with pytest.raises(ValueError, match=rf"group_size={group_size} with {count} rewards: a group needs 2 or more"):
+        group_advantages(torch.arange(count, dtype=torch.float32), group_size=group_size)
+
+
 def test_the_kl_term_is_the_k3_estimate_against_the_rolled_out_log_probs(rollouts, tiny_model):
     """The reference is the model that sampled the rollouts, so its log-probs are the ones the
     rollout stored (a second code path: the engine's step); the policy is a perturbed copy."""
