@@ -243,21 +243,12 @@ def _check_outputs(parser, args) -> None:
 
 def _check_device(parser, args) -> None:
     """Resolve --device (default: cuda if available) and refuse one torch cannot use, before any model loads."""
-    import torch
+    from .model import checked_device
 
-    if args.device is None:
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-        return
     try:
-        device = torch.device(args.device)
-    except RuntimeError:
-        parser.error(f"argument --device: {args.device!r} is not a torch device; use cpu, cuda or cuda:N")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"argument --device: {args.device!r} was requested but no CUDA device is available "
-                     "(torch.cuda.is_available() is False); use --device cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        parser.error(f"argument --device: {args.device!r}: there are only {torch.cuda.device_count()} CUDA "
-                     f"device(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        args.device = str(checked_device(args.device, name="argument --device", cpu_hint="--device cpu"))
+    except ValueError as error:
+        parser.error(str(error))
 
 
 THREADS_HELP = ("torch's CPU threads (default: 1 when running on the CPU, unless OMP_NUM_THREADS is set; "

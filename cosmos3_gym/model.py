@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +50,24 @@ CONDITION_CACHE_SIZE = 256
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def checked_device(device, *, name: str = "device", cpu_hint: str = "device='cpu'") -> torch.device:
+    """``device`` (None: :func:`default_device`) as a ``torch.device``; ``ValueError``, naming it
+    as ``name``, for one this torch cannot use, before anything loads onto it."""
+    if device is None:
+        return default_device()
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{name}: {device!r} is not a torch device; use cpu, cuda or cuda:N") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name}: {device!r} was requested but no CUDA device is available "
+                         f"(torch.cuda.is_available() is False); use {cpu_hint}")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(f"{name}: {device!r}: there are only {torch.cuda.device_count()} CUDA device(s); "
+                         f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    return resolved
 
 
 def default_dtype(device) -> torch.dtype:
@@ -233,15 +252,17 @@ class Cosmos3Model:
         from transformers import AutoTokenizer
 
         path = check_checkpoint(path)
-        device = torch.device(device) if device is not None else default_device()
+        device = checked_device(device)
         dtype = dtype or default_dtype(device)
         transformer = Cosmos3OmniTransformer.from_pretrained(path / "transformer", torch_dtype=dtype,
                                                              use_safetensors=True)
         vae = AutoencoderKLWan.from_pretrained(path / "vae", torch_dtype=dtype, use_safetensors=True)
         sound_tokenizer = None
         if (path / "sound_tokenizer").is_dir():
-            sound_tokenizer = Cosmos3AVAEAudioTokenizer.from_pretrained(path / "sound_tokenizer", torch_dtype=dtype,
-                                                                        use_safetensors=True)
+            with warnings.catch_warnings():  # diffusers' decoder still calls torch's deprecated weight_norm
+                warnings.filterwarnings("ignore", r"`torch\.nn\.utils\.weight_norm` is deprecated", FutureWarning)
+                sound_tokenizer = Cosmos3AVAEAudioTokenizer.from_pretrained(
+                    path / "sound_tokenizer", torch_dtype=dtype, use_safetensors=True)
         tokenizer = AutoTokenizer.from_pretrained(path / "text_tokenizer", trust_remote_code=False)
         scheduler_config = component_config(path, "scheduler")
         scheduler = getattr(diffusers, scheduler_config["_class_name"]).from_config(scheduler_config)

@@ -99,9 +99,11 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
         raise ValueError(f"action has shape {tuple(tensor.shape)}; expected {expected}")
     exact = tensor.to(device=device, dtype=torch.float64)  # bounds are checked before rounding to float32
     tensor = tensor.to(device=device, dtype=torch.float32)
-    if not bool(torch.isfinite(tensor).all()):
-        raise ValueError(f"action holds NaN or Inf: {tensor.tolist() if tensor.numel() <= 8 else 'in a large array'};"
-                         f" every entry must be finite")
+    not_finite = ~torch.isfinite(tensor)
+    if bool(not_finite.any()):
+        first = tuple(not_finite.nonzero()[0].tolist())
+        raise ValueError(f"action holds NaN or Inf in float32 ({int(not_finite.sum())} of {tensor.numel()} entries; the first, "
+                         f"action{list(first)} = {float(exact[first]):g}); every entry must be finite")
     if np.isfinite(space.low).all() and np.isfinite(space.high).all():
         low = torch.as_tensor(space.low, device=device, dtype=torch.float64)
         high = torch.as_tensor(space.high, device=device, dtype=torch.float64)
@@ -117,13 +119,13 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
     return tensor
 
 
-def checked_options(options: dict | None, allowed: tuple[str, ...]) -> dict:
-    """A copy of ``options``; raises ``ValueError`` naming any key not in ``allowed``."""
+def checked_options(options: dict | None, allowed: tuple[str, ...], hint: str = "") -> dict:
+    """A copy of ``options``; raises ``ValueError`` naming any key not in ``allowed`` (then ``hint``)."""
     if options is not None and not isinstance(options, dict):
         raise ValueError(f"options={options!r} is not a dict; allowed keys: {list(allowed)}")
     options = dict(options or {})
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(f"unknown reset option(s) {unknown}; allowed: {list(allowed)}")
+        raise ValueError(f"unknown reset option(s) {unknown}; allowed: {list(allowed)}{hint}")
     return options
 

@@ -10,6 +10,8 @@ trained in one is evaluated in the other as it is.
 
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -26,6 +28,7 @@ from .world import PushTask, checked_goal, draw, push, sample_task, task_reward
 
 CHUNK, HORIZON, SIZE = 8, 8, 32
 COMMAND_HINT = "(a velocity command (dx, dy) per frame); clip the commands to [-1, 1]"
+RESET_HINT = "; the task comes from the seed, and its goal corner from gym.make(..., goal='top left')"
 
 
 def world_spaces(chunk: int, size: int) -> tuple[spaces.Box, spaces.Box]:
@@ -90,7 +93,7 @@ class ProceduralWorldEnv(gym.Env):
         self.task: PushTask | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        checked_options(options, ())
+        checked_options(options, (), RESET_HINT)
         super().reset(seed=None if seed is None else checked_seed(seed))
         self.task = sample_task(self.np_random, self.size, self.goal)
         self.position, self.frame, self.t = self.task.start, draw(self.task, self.task.start, self.size), 0
@@ -163,7 +166,8 @@ class Cosmos3WorldVectorEnv(VectorEnv):
                              "SAME_STEP or DISABLED (or their values 'NextStep', 'SameStep', 'Disabled')")
         self.autoreset_mode, self.render_mode = AutoresetMode(autoreset_mode), render_mode
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
-        self.preset = load_preset("Cosmos3ForwardDynamicsRollout-v0").override(
+        # the forward-dynamics preset under this env's id, so that a bad keyword's error names the env made
+        self.preset = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id="Cosmos3World-v0").override(
             num_frames=self.chunk + 1, height=self.size, width=self.size, num_steps=num_steps, kind=kind,
             guidance_scale=guidance_scale, noise_level=noise_level, domain=domain, reward="none")
         self.engine = build_engine(self.preset, self.num_envs, device=device, dtype=dtype, model=model)
@@ -182,7 +186,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         return self.engine.model
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
-        checked_options(options, ())
+        checked_options(options, (), RESET_HINT)
         seeds = per_env_seeds(seed, self.num_envs)
         if seeds is None:
             seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]

@@ -40,7 +40,8 @@ def test_bad_noise_action(make_env):
         env.step(np.zeros(shape[1:], dtype=np.float32))
     bad = np.zeros(shape, dtype=np.float32)
     bad[0, 0, 0, 0] = np.inf
-    with pytest.raises(ValueError, match="NaN or Inf"):
+    with pytest.raises(ValueError, match=rf"NaN or Inf in float32 \(1 of {bad.size} entries; the first, "
+                                         r"action\[0, 0, 0, 0\] = inf\); every entry must be finite"):
         env.step(bad)
     env.step(env.action_space.sample())
 
@@ -150,6 +151,15 @@ def test_odd_arguments_get_errors_that_name_them():
 def test_bad_constructor_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         gym.make_vec("Cosmos3Rollout-v0", num_envs=2, vectorization_mode="vector_entry_point", **kwargs)
+
+
+def test_a_device_torch_cannot_use_is_named_before_anything_loads(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"device: 'cuda' was requested but no CUDA device is available "
+                                         r"\(torch.cuda.is_available\(\) is False\); use device='cpu'"):
+        gym.make("Cosmos3World-v0", device="cuda")
+    with pytest.raises(ValueError, match=r"device: 'gpu' is not a torch device; use cpu, cuda or cuda:N"):
+        gym.make("Cosmos3Rollout-v0", device="gpu")
 
 
 @pytest.mark.parametrize("returned", [np.array(["0.5"]), np.array([1 + 2j]), {"r": 1.0}])

@@ -141,6 +141,19 @@ def test_a_fixed_goal_is_every_episodes_goal_in_both_worlds(world):
                 make()
 
 
+def test_errors_name_the_world_env_and_say_where_the_goal_is_set(world):
+    with pytest.raises(ValueError, match=r"preset 'Cosmos3World-v0': num_steps=0 is invalid"):
+        world(num_steps=0)
+    with pytest.raises(ValueError, match=r"preset 'Cosmos3World-v0': noise_level=2.0 lies outside"):
+        world(noise_level=2.0)
+    for env in (gym.make("ProceduralWorld-v0"), world()):
+        with pytest.raises(ValueError, match=r"unknown reset option\(s\) \['goal'\]; allowed: \[\]; the task comes "
+                                             r"from the seed, and its goal corner from gym.make\(..., goal='top left'\)"):
+            env.reset(seed=0, options={"goal": "top left"})
+        first, _ = env.reset(seed=0)
+        assert env.step(np.zeros((8, 2), dtype=np.float32))[0].shape == first.shape
+
+
 def test_same_step_autoreset_and_the_sb3_adapter(world):
     """SAME_STEP (what SB3 needs): an ended episode's last imagined frame goes to final_obs, its
     step infos to final_info, and the next episode's first frame is the observation of the same step."""
