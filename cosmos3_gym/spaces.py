@@ -102,8 +102,8 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
     not_finite = ~torch.isfinite(tensor)
     if bool(not_finite.any()):
         first = tuple(not_finite.nonzero()[0].tolist())
-        raise ValueError(f"action holds NaN or Inf in float32 ({int(not_finite.sum())} of {tensor.numel()} entries; the first, "
-                         f"action{list(first)} = {float(exact[first]):g}); every entry must be finite")
+        raise ValueError(f"action holds NaN or Inf in float32 ({int(not_finite.sum())} of {tensor.numel()} entries; "
+                         f"the first, action{list(first)} = {float(exact[first]):g}); every entry must be finite")
     if np.isfinite(space.low).all() and np.isfinite(space.high).all():
         low = torch.as_tensor(space.low, device=device, dtype=torch.float64)
         high = torch.as_tensor(space.high, device=device, dtype=torch.float64)

@@ -167,7 +167,8 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         self.autoreset_mode, self.render_mode = AutoresetMode(autoreset_mode), render_mode
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         # the forward-dynamics preset under this env's id, so that a bad keyword's error names the env made
-        self.preset = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id="Cosmos3World-v0").override(
+        forward_dynamics = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id="Cosmos3World-v0")
+        self.preset = forward_dynamics.override(
             num_frames=self.chunk + 1, height=self.size, width=self.size, num_steps=num_steps, kind=kind,
             guidance_scale=guidance_scale, noise_level=noise_level, domain=domain, reward="none")
         self.engine = build_engine(self.preset, self.num_envs, device=device, dtype=dtype, model=model)
