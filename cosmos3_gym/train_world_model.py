@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .args import parse_args
+from .args import parse_args, require_at_least
 from .model import Cosmos3Model
 from .packing import RowSpec
 from .streams import checked_domain
@@ -64,15 +64,38 @@ class TrainArgs:
     resolution_tier: int = 256
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
     action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
+    data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
+
+    def __post_init__(self):
+        require_at_least(self, data_workers=0)
 
 
-def _pixels(frames: np.ndarray, device) -> torch.Tensor:
-    return torch.from_numpy(frames).to(device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
+def _pixels(frames, device) -> torch.Tensor:
+    return torch.as_tensor(frames).to(device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
 
 
-def _videos(rng_seed: int, count: int, device) -> tuple[torch.Tensor, list[str]]:
-    frames, scenes = dataset(rng_seed, count, NUM_FRAMES, SIZE)
-    return _pixels(frames, device), [scene.caption for scene in scenes]
+class SceneBatches(torch.utils.data.Dataset):
+    """The world's videos of ``seeds`` (one batch of ``count`` per seed) with their video and image
+    captions. The world renders in numpy on the CPU, about a quarter of a text-to-video step on
+    the H200; :func:`scene_batches` renders the next batches in worker processes meanwhile."""
+
+    def __init__(self, seeds: list[int], count: int):
+        self.seeds, self.count = seeds, count
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, list[str], list[str]]:
+        frames, scenes = dataset(self.seeds[index], self.count, NUM_FRAMES, SIZE)
+        return frames, [s.caption for s in scenes], [s.image_caption for s in scenes]
+
+
+def scene_batches(seeds: list[int], count: int, workers: int):
+    """The batches of :class:`SceneBatches` in order, ``workers`` processes rendering ahead (0: here)."""
+    if not seeds:  # no worker processes for a stage without text batches
+        return iter(())
+    return iter(torch.utils.data.DataLoader(SceneBatches(seeds, count), batch_size=None, num_workers=workers,
+                                            prefetch_factor=4 if workers else None))
 
 
 def _lr(step: int, total: int, peak: float, warmup: int = 200) -> float:
@@ -95,8 +118,10 @@ def train_vae(vae, args: TrainArgs, log: list) -> None:
 
     vae.train().requires_grad_(True)
     optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0)
+    batches = scene_batches([args.data_seed * 1_000_003 + step for step in range(args.vae_steps)], args.vae_batch,
+                            args.data_workers)
     for step in tqdm(range(args.vae_steps), desc="vae"):
-        video, _ = _videos(args.data_seed * 1_000_003 + step, args.vae_batch, args.device)
+        video = _pixels(next(batches)[0], args.device)
         posterior = vae.encode(video).latent_dist
         recon = vae.decode(posterior.sample()).sample
         mse = torch.nn.functional.mse_loss(recon, video)
@@ -106,7 +131,7 @@ def train_vae(vae, args: TrainArgs, log: list) -> None:
             log.append({"stage": "vae", "step": step, "mse": mse.item()})
     vae.eval().requires_grad_(False)
     with torch.no_grad():  # latent statistics, so that the transformer sees unit-scale latents
-        video, _ = _videos(args.data_seed * 1_000_003 + 10**6, 512, args.device)
+        video = _pixels(dataset(args.data_seed * 1_000_003 + 10**6, 512, NUM_FRAMES, SIZE)[0], args.device)
         mu = vae.encode(video).latent_dist.mode()
         mean, std = mu.mean(dim=(0, 2, 3, 4)), mu.std(dim=(0, 2, 3, 4))
     vae.register_to_config(latents_mean=mean.tolist(), latents_std=std.tolist())
@@ -149,12 +174,13 @@ class ActionPool:
 
 
 @torch.no_grad()
-def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, seed: int, rng: np.random.Generator,
+def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng: np.random.Generator,
                    tokens: dict, pools: dict[str, ActionPool]
                    ) -> tuple[list[RowSpec], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One batch of ``task``: its rows, the clean latents ``x0`` per stream and, per stream, the
     mask of the elements the model generates (the loss's elements; the rest stays at ``x0``).
-    Action tasks draw from ``pools`` (``"expert"`` for the policy, ``"random"`` for dynamics)."""
+    Text tasks take their videos from ``scenes`` (an item of :class:`SceneBatches`), action tasks
+    draw from ``pools`` (``"expert"`` for the policy, ``"random"`` for dynamics)."""
     chunk = NUM_FRAMES - 1
     action = task in ("forward_dynamics", "inverse_dynamics", "policy")
     if action:
@@ -164,10 +190,10 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, seed: int, r
         prompts = [pool.prompts[i] for i in index.tolist()]
         num_frames = NUM_FRAMES
     else:
-        frames, scenes = dataset(seed, args.batch, NUM_FRAMES, SIZE)
+        frames, captions, image_captions = scenes
         if task == "t2i":
             frames = frames[:, :1]
-        prompts = [s.image_caption if task == "t2i" else s.caption for s in scenes]
+        prompts = image_captions if task == "t2i" else captions
         num_frames = frames.shape[1]
         video = model.pipeline._encode_video(_pixels(frames, args.device))
     generated_frames = torch.ones(video.shape[2], dtype=torch.bool, device=args.device)
@@ -226,11 +252,14 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
         pools["expert"] = ActionPool.build(model, args.action_pool // 2, True,
                                            args.data_seed * 1_000_003 + 4 * 10**6, args.resolution_tier, args.device)
     names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
+    schedule = [names[i] for i in rng.choice(len(names), size=args.steps, p=p)]  # known ahead, to render ahead
+    text_steps = [step for step, task in enumerate(schedule) if task in ("t2v", "t2i")]
+    batches = scene_batches([args.data_seed * 1_000_003 + 2 * 10**6 + step for step in text_steps], args.batch,
+                            args.data_workers)
     started = time.time()
-    for step in tqdm(range(args.steps), desc="transformer"):
-        task = names[int(rng.choice(len(names), p=p))]
-        rows, x0, generated = training_batch(model, task, args, args.data_seed * 1_000_003 + 2 * 10**6 + step,
-                                             rng, tokens, pools)
+    for step, task in enumerate(tqdm(schedule, desc="transformer")):
+        scenes = next(batches) if task in ("t2v", "t2i") else None
+        rows, x0, generated = training_batch(model, task, args, scenes, rng, tokens, pools)
         # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training
         sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float()).to(args.device)
         noise = {name: torch.randn_like(x) for name, x in x0.items()}

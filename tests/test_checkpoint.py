@@ -81,6 +81,22 @@ def test_trainer_continues_a_checkpoint_on_every_task(tmp_path):
         main(["--device", "cpu", "--vae-steps", "0", "--steps", "1", "--task-weights", "walk=1", "--out", str(tmp_path)])
 
 
+def test_scene_batches_rendered_ahead_are_the_worlds_videos():
+    """Worker processes render the same videos and captions, in the same order, as the world itself."""
+    from cosmos3_gym.train_world_model import NUM_FRAMES, SIZE, scene_batches
+    from cosmos3_gym.world import dataset
+
+    seeds = [11, 3, 7]
+    for workers in (0, 2):
+        batches = list(scene_batches(seeds, 4, workers))
+        assert len(batches) == len(seeds)
+        for seed, (frames, captions, image_captions) in zip(seeds, batches):
+            expected, scenes = dataset(seed, 4, NUM_FRAMES, SIZE)
+            np.testing.assert_array_equal(np.asarray(frames), expected)
+            assert captions == [s.caption for s in scenes] and image_captions == [s.image_caption for s in scenes]
+    assert list(scene_batches([], 4, 2)) == []
+
+
 def test_action_pool_holds_the_conditions_the_envs_encode():
     """The trainer's action clips are the latents the action envs condition on (up to the rounding
     of a batched encode against one clip at a time)."""
