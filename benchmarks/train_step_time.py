@@ -20,7 +20,7 @@ import torch
 from cosmos3_gym.args import parse_args, require_at_least
 from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.tiny_model import build_tiny_components
-from cosmos3_gym.train_world_model import TrainArgs, train_transformer
+from cosmos3_gym.train_world_model import TASKS, TrainArgs, train_transformer
 
 
 @dataclass
@@ -34,6 +34,11 @@ class TimeArgs:
 
     def __post_init__(self):
         require_at_least(self, short=1, long=self.short + 1, action_pool=1)
+        if not all(b.isdigit() and int(b) > 0 for b in self.batches.split(",")):
+            raise ValueError(f"--batches {self.batches!r}: give positive integers separated by commas, e.g. 128,256")
+        unknown = [task for task in self.tasks.split(",") if task not in TASKS]
+        if unknown:
+            raise ValueError(f"--tasks {self.tasks!r}: {unknown} are not tasks; choose from {TASKS}")
 
 
 def _synchronize(device: str) -> None:
@@ -65,7 +70,7 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
     print(f"# ms per trainer step ({args.long} - {args.short} steps), {name}, torch {torch.__version__}")
     print("batch  " + "  ".join(f"{task:>18}" for task in args.tasks.split(",")) + "  samples/s (mean)")
-    for batch in (int(b) for b in args.batches.split(",")):
+    for batch in map(int, args.batches.split(",")):
         ms = [1000 * step_seconds(model, args, batch, task) for task in args.tasks.split(",")]
         print(f"{batch:5d}  " + "  ".join(f"{m:18.0f}" for m in ms) + f"  {1000 * batch / (sum(ms) / len(ms)):9.0f}",
               flush=True)

@@ -66,8 +66,9 @@ class TrainArgs:
     action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
     data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
 
-    def __post_init__(self):
+    def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0)
+        parse_task_weights(self.task_weights)
 
 
 def _pixels(frames, device) -> torch.Tensor:
@@ -137,7 +138,7 @@ def train_vae(vae, args: TrainArgs, log: list) -> None:
     vae.register_to_config(latents_mean=mean.tolist(), latents_std=std.tolist())
 
 
-def _weights(spec: str) -> dict[str, float]:
+def parse_task_weights(spec: str) -> dict[str, float]:
     weights = {}
     for item in spec.split(","):
         name, _, value = item.partition("=")
@@ -241,7 +242,7 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     transformer = model.transformer
     transformer.train().requires_grad_(True)
     optimizer = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01)
-    weights = _weights(args.task_weights)
+    weights = parse_task_weights(args.task_weights)
     tokens: dict = {}
     rng = np.random.default_rng(args.data_seed)
     pools = {}

@@ -1,6 +1,9 @@
 """The embedded checkpoint: a real diffusers layout, the builder's architecture, trained weights."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,8 +80,15 @@ def test_trainer_continues_a_checkpoint_on_every_task(tmp_path):
     assert not torch.equal(before["proj_out.weight"], after["proj_out.weight"])
     assert torch.equal(load_file(TINY_CHECKPOINT / "vae" / "diffusion_pytorch_model.safetensors")["encoder.conv_in.weight"],
                        load_file(tmp_path / "vae" / "diffusion_pytorch_model.safetensors")["encoder.conv_in.weight"])
-    with pytest.raises(ValueError, match="task_weights='walk=1'"):
-        main(["--device", "cpu", "--vae-steps", "0", "--steps", "1", "--task-weights", "walk=1", "--out", str(tmp_path)])
+
+
+def test_trainer_refuses_unknown_tasks_before_anything_loads(tmp_path, capsys):
+    from cosmos3_gym.train_world_model import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu", "--task-weights", "t2v=1,walk=1", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2 and "task_weights='t2v=1,walk=1': 'walk=1' is not task=weight" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
 
 
 def test_scene_batches_rendered_ahead_are_the_worlds_videos():
@@ -216,3 +226,13 @@ def test_untampered_copy_still_loads(tmp_path, no_torch_load):
     model = Cosmos3Model.from_pretrained(_tampered_copy(tmp_path), device="cpu")
     assert type(model.scheduler).__name__ == "UniPCMultistepScheduler"
     assert model.scheduler.config.flow_shift == 3.0
+
+
+@pytest.mark.parametrize("flags, message", [(["--tasks", "t2v,walk"], "['walk'] are not tasks"),
+                                            (["--batches", "128,x"], "give positive integers"),
+                                            (["--short", "5", "--long", "5"], "--long 5 is too small; use 6")])
+def test_step_time_benchmark_refuses_bad_flags_before_anything_loads(flags, message):
+    script = Path(__file__).parents[1] / "benchmarks" / "train_step_time.py"
+    result = subprocess.run([sys.executable, str(script), "--device", "cpu", *flags], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
