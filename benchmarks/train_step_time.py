@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from cosmos3_gym.args import parse_args, require_at_least
+from cosmos3_gym.bench import sync_device
 from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.tiny_model import build_tiny_components
-from cosmos3_gym.train_world_model import TASKS, TrainArgs, train_transformer
+from cosmos3_gym.train_world_model import TASKS, TrainArgs, train_transformer, trainable_model
 
 
 @dataclass
@@ -41,20 +42,15 @@ class TimeArgs:
             raise ValueError(f"--tasks {self.tasks!r}: {unknown} are not tasks; choose from {TASKS}")
 
 
-def _synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def step_seconds(model: Cosmos3Model, args: TimeArgs, batch: int, task: str) -> float:
     seconds = []
     for steps in (args.short, args.long):
         run = TrainArgs(device=args.device, batch=batch, steps=steps, action_pool=args.action_pool,
                         task_weights=f"{task}=1", log_every=10**9)
-        _synchronize(args.device)
+        sync_device(args.device)
         start = time.perf_counter()
         train_transformer(model, run, [], float("inf"))
-        _synchronize(args.device)
+        sync_device(args.device)
         seconds.append(time.perf_counter() - start)
     return (seconds[1] - seconds[0]) / (args.long - args.short)
 
@@ -62,10 +58,7 @@ def step_seconds(model: Cosmos3Model, args: TimeArgs, batch: int, task: str) -> 
 def main(argv=None) -> int:
     args = parse_args(TimeArgs, argv, __doc__)
     torch.backends.cuda.matmul.allow_tf32 = True
-    components = build_tiny_components(0)
-    model = Cosmos3Model.from_components(components["transformer"], components["vae"].to(args.device),
-                                         components["text_tokenizer"], components["scheduler"], device=args.device,
-                                         dtype=torch.float32, attention="sdpa", compile=False)
+    model = trainable_model(build_tiny_components(0), args.device)
     step_seconds(model, args, 2, args.tasks.split(",")[0])  # warm-up: the first steps' one-off costs
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
     print(f"# ms per trainer step ({args.long} - {args.short} steps), {name}, torch {torch.__version__}")

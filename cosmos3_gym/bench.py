@@ -45,18 +45,19 @@ BENCH_MODES = {"t2v": "Cosmos3Rollout-v0", "policy": "Cosmos3PolicyRollout-v0",
 ACTION_DIM, DOMAIN, RAW_DIM, RESOLUTION_TIER = 64, "pusht", 2, 480
 
 
-def _sync(device):
+def sync_device(device) -> None:
+    """Wait for the device's queued work, so that a wall-clock reading covers it."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 
 
 def _timed(fn, device, repeats: int = 1) -> float:
     """Mean wall seconds of ``fn()``, device work included."""
-    _sync(device)
+    sync_device(device)
     start = time.perf_counter()
     for _ in range(repeats):
         fn()
-    _sync(device)
+    sync_device(device)
     return (time.perf_counter() - start) / repeats
 
 
@@ -193,10 +194,10 @@ def measure_env(venv, episodes: int, options: dict | None = None) -> tuple[float
         venv.unwrapped.model.forget_conditions()  # each episode pays its encodes, as the pipeline does
         venv.reset(seed=seed, options=options)
         for _ in range(venv.engine.num_steps):
-            _sync(device)
+            sync_device(device)
             start = time.perf_counter()
             _, _, _, _, info = venv.step(actions)
-            _sync(device)
+            sync_device(device)
             step_times.append(time.perf_counter() - start)
         trajectories.append(list(info["trajectory"]))
 

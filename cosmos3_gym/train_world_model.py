@@ -289,6 +289,13 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     transformer.eval().requires_grad_(False)
 
 
+def trainable_model(components: dict, device) -> Cosmos3Model:
+    """The tiny components on ``device`` as the trainer runs them: fp32, SDPA, uncompiled."""
+    return Cosmos3Model.from_components(components["transformer"], components["vae"].to(device),
+                                        components["text_tokenizer"], components["scheduler"], device=device,
+                                        dtype=torch.float32, attention="sdpa", compile=False)
+
+
 def plot_curve(log: list, path: Path) -> None:
     import matplotlib
 
@@ -330,10 +337,7 @@ def main(argv=None) -> int:
     components["vae"].to(args.device)
     if args.vae_steps:
         train_vae(components["vae"], args, log)
-    model = Cosmos3Model.from_components(components["transformer"], components["vae"],
-                                                 components["text_tokenizer"], components["scheduler"],
-                                                 device=args.device, dtype=torch.float32, attention="sdpa",
-                                                 compile=False)
+    model = trainable_model(components, args.device)
     deadline = start + 60 * args.max_minutes if args.max_minutes > 0 else float("inf")
     train_transformer(model, args, log, deadline)
     out = Path(args.out)
