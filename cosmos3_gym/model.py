@@ -512,9 +512,8 @@ class Cosmos3Model:
                 self.context.packed, self.context.new_text_cache = None, None
             if building is not None and not torch.is_grad_enabled():
                 packed.text_cache, packed.text_cache_version = building, version
-            streams = {"video": [v.squeeze(0) for v in video], "sound": sound, "action": action}
-            return [{name: preds[j].float() for name, preds in streams.items() if preds is not None}
-                    for j in range(len(video))]
+            streams = packed.split_outputs(video, sound, action)
+            return [{name: preds[j] for name, preds in streams.items()} for j in range(len(packed.rows))]
 
     # --- weights --------------------------------------------------------------------
     def update_weights(self, weights) -> int:

@@ -123,6 +123,32 @@ def _row_ids(lengths: list[int], device) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
 
 
+@functools.lru_cache(maxsize=4096)
+def _row_positions(text_len: int, grid: tuple[int, int, int], fps: float, sound_len: int, sound_fps: float,
+                   action_len: int, mrope: tuple, temporal_compression: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """mRoPE positions ``[3, n]`` of one row's text and of its generated streams, as the pipeline
+    computes them. They depend on the row's geometry only, not on its tokens, so rows of equal
+    geometry (every row of a training batch) share one computation. Read-only: callers concatenate."""
+    fps_modulation, margin, reset_spatial, base_fps = mrope
+    fps_of = (lambda value: value) if fps_modulation else (lambda value: None)
+    text, next_offset = get_3d_mrope_ids_text_tokens(text_len, temporal_offset=0, use_float_positions=fps_modulation)
+    offset = next_offset + margin  # every generated stream's start
+    gen = [get_3d_mrope_ids_vae_tokens(*grid, temporal_offset=offset, reset_spatial_indices=reset_spatial,
+                                       fps=fps_of(fps), base_fps=base_fps,
+                                       temporal_compression_factor=temporal_compression)[0]]
+    if sound_len:
+        gen.append(get_3d_mrope_ids_vae_tokens(sound_len, 1, 1, temporal_offset=offset,
+                                               reset_spatial_indices=reset_spatial, fps=fps_of(sound_fps),
+                                               base_fps=base_fps, temporal_compression_factor=1)[0])
+    if action_len:
+        gen.append(get_3d_mrope_ids_vae_tokens(action_len, 1, 1, temporal_offset=offset,
+                                               reset_spatial_indices=reset_spatial, fps=fps_of(fps),
+                                               base_fps=base_fps, temporal_compression_factor=1,
+                                               base_temporal_compression_factor=temporal_compression,
+                                               start_frame_offset=1)[0])
+    return text, torch.cat(gen, dim=1)
+
+
 class PackedRows:
     """The step-invariant part of a packed forward over a list of rows.
 
@@ -130,6 +156,11 @@ class PackedRows:
     read them. The understanding pathway never attends to vision tokens, so these are the
     same at every denoising step: the first forward over this packing records them and
     later forwards skip the text tokens altogether (only vision tokens are computed).
+
+    Consecutive rows of equal shape (latent grid, sound and action lengths, domain) reach the
+    transformer as one item, their latents joined along time: diffusers packs, patchifies and
+    unpacks item by item, and its packed sequence is the same token for token either way, so a
+    batch of 128 rows costs a few kernel launches instead of hundreds.
     """
 
     def __init__(self, rows: list[RowSpec], transformer_config, temporal_compression: int, device,
@@ -140,52 +171,38 @@ class PackedRows:
             raise ValueError("rows of one packing must all have (or all lack) the sound and the action stream")
         cfg = transformer_config
         p = cfg.latent_patch_size
-        fps_of = (lambda fps: fps) if cfg.enable_fps_modulation else (lambda fps: None)
+        mrope = (bool(cfg.enable_fps_modulation), cfg.unified_3d_mrope_temporal_modality_margin,
+                 cfg.unified_3d_mrope_reset_spatial_ids, float(cfg.base_fps))
         self.rows = rows
         self.has_sound, self.has_action = bool(rows[0].sound_len), bool(rows[0].action_len)
-        text_positions, gen_positions = [], []
-        self.token_shapes, self.noisy_frames, und_lengths, gen_lengths = [], [], [], []
-        self.noisy_lengths, self.noisy_actions = [], []
+        text_positions, gen_positions, grids, noisy_frames, noisy_actions = [], [], [], [], []
+        und_lengths, gen_lengths, self.noisy_lengths, self.noisy_action_lengths = [], [], [], []
         vision_offsets, noisy_offsets, sound_offsets, action_offsets, action_noisy_offsets = [], [], [], [], []
         gen_start = 0
         for row in rows:
-            ids, next_offset = get_3d_mrope_ids_text_tokens(
-                len(row.input_ids), temporal_offset=0, use_float_positions=cfg.enable_fps_modulation
-            )
-            text_positions.append(ids)
-            offset = next_offset + cfg.unified_3d_mrope_temporal_modality_margin  # every generated stream's start
             grid = (row.latent_frames, math.ceil(row.latent_height / p), math.ceil(row.latent_width / p))
-            positions = [get_3d_mrope_ids_vae_tokens(
-                *grid, temporal_offset=offset, reset_spatial_indices=cfg.unified_3d_mrope_reset_spatial_ids,
-                fps=fps_of(row.fps), base_fps=float(cfg.base_fps), temporal_compression_factor=temporal_compression,
-            )[0]]
-            self.token_shapes.append(grid)
+            text, gen = _row_positions(len(row.input_ids), grid, row.fps, row.sound_len, row.sound_fps,
+                                       row.action_len, mrope, temporal_compression)
+            text_positions.append(text)
+            gen_positions.append(gen)
+            grids.append(grid)
             noisy = [f for f in range(grid[0]) if f not in row.clean_frames]
-            self.noisy_frames.append(torch.tensor(noisy, dtype=torch.long, device=device))
+            noisy_frames.append(noisy)
             frame_tokens = grid[1] * grid[2]
             vision_offsets += range(gen_start, gen_start + math.prod(grid))
             noisy_offsets += [gen_start + f * frame_tokens + i for f in noisy for i in range(frame_tokens)]
             self.noisy_lengths.append(len(noisy) * frame_tokens)
             cursor = gen_start + math.prod(grid)
             if row.sound_len:
-                positions.append(get_3d_mrope_ids_vae_tokens(
-                    row.sound_len, 1, 1, temporal_offset=offset,
-                    reset_spatial_indices=cfg.unified_3d_mrope_reset_spatial_ids, fps=fps_of(row.sound_fps),
-                    base_fps=float(cfg.base_fps), temporal_compression_factor=1)[0])
                 sound_offsets += range(cursor, cursor + row.sound_len)
                 cursor += row.sound_len
             if row.action_len:
-                positions.append(get_3d_mrope_ids_vae_tokens(
-                    row.action_len, 1, 1, temporal_offset=offset,
-                    reset_spatial_indices=cfg.unified_3d_mrope_reset_spatial_ids, fps=fps_of(row.fps),
-                    base_fps=float(cfg.base_fps), temporal_compression_factor=1,
-                    base_temporal_compression_factor=temporal_compression, start_frame_offset=1)[0])
                 noisy_tokens = [a for a in range(row.action_len) if a not in row.clean_actions]
-                self.noisy_actions.append(torch.tensor(noisy_tokens, dtype=torch.long, device=device))
+                noisy_actions.append(noisy_tokens)
+                self.noisy_action_lengths.append(len(noisy_tokens))
                 action_offsets += range(cursor, cursor + row.action_len)
                 action_noisy_offsets += [cursor + a for a in noisy_tokens]
                 cursor += row.action_len
-            gen_positions.append(torch.cat(positions, dim=1))
             und_lengths.append(len(row.input_ids))
             gen_lengths.append(cursor - gen_start)
             gen_start = cursor
@@ -207,7 +224,25 @@ class PackedRows:
         self.vision_offsets, self.noisy_gen_offsets = index(vision_offsets), index(noisy_offsets)
         self.sound_offsets, self.action_offsets = index(sound_offsets), index(action_offsets)
         self.action_noisy_offsets = index(action_noisy_offsets)
-        self.domain_ids = [torch.tensor([row.domain_id], dtype=torch.long, device=device) for row in rows]
+        # the transformer's items: runs of consecutive rows of one shape, (first row, number of rows)
+        shape_of = [(grid, row.sound_len, row.action_len, row.domain_id) for grid, row in zip(grids, rows)]
+        self.items, first = [], 0
+        for _, run in itertools.groupby(shape_of):
+            count = len(list(run))
+            self.items.append((first, count))
+            first += count
+
+        def joined(per_row, length):  # each item's per-row indexes, row b's shifted by b * length
+            return [index([b * length(first) + i for b in range(count) for i in per_row[first + b]])
+                    for first, count in self.items]
+
+        self.item_token_shapes = [(count * grids[first][0], *grids[first][1:]) for first, count in self.items]
+        self.item_noisy_frames = joined(noisy_frames, lambda r: grids[r][0])
+        if self.has_sound:
+            self.item_sound_lengths = [count * rows[first].sound_len for first, count in self.items]
+        if self.has_action:
+            self.item_noisy_actions = joined(noisy_actions, lambda r: rows[r].action_len)
+            self.item_domain_ids = [index([rows[first].domain_id]) for first, _ in self.items]
         self.text_cache: list | None = None
         self.text_cache_version = None  # the model's weights_fingerprint() the cache was computed with
         if attention == "flex":
@@ -220,17 +255,19 @@ class PackedRows:
         """Keyword arguments of ``Cosmos3OmniTransformer.forward`` for this step.
 
         ``latents``: per stream (``"video"``, and ``"sound"`` / ``"action"`` where the rows have
-        them) one tensor per row, shaped as the pipeline passes them. With ``text_cached`` the
-        sequence holds the generated streams only (the attention processor supplies the cached
-        text keys and values).
+        them) one tensor per row, shaped as the pipeline passes them (``[1, C, T, H, W]``,
+        ``[C, T]``, ``[T, D]``). With ``text_cached`` the sequence holds the generated streams
+        only (the attention processor supplies the cached text keys and values).
         """
         device = self.input_ids.device
+        step = torch.tensor(timesteps, dtype=torch.float32).to(device)
 
         def per_token(counts):  # each row's timestep, repeated over its noisy tokens
-            return torch.cat([torch.full((n,), t, device=device) for n, t in zip(counts, timesteps)])
+            return step.repeat_interleave(torch.tensor(counts, device=device), output_size=sum(counts))
 
-        def cast(tensors):
-            return [tensor.to(device=device, dtype=dtype) for tensor in tensors]
+        def items(tensors, dim):  # one tensor per item: its rows joined along time (dim ``dim``)
+            return [(tensors[first] if count == 1 else torch.cat(tensors[first:first + count], dim=dim)
+                     ).to(device=device, dtype=dtype) for first, count in self.items]
 
         und_len = 0 if text_cached else self.und_len
         kwargs = dict(
@@ -239,30 +276,54 @@ class PackedRows:
             position_ids=self.position_ids[:, self.und_len - und_len:],
             und_len=und_len,
             sequence_length=und_len + self.gen_len,
-            vision_tokens=cast(latents["video"]),
-            vision_token_shapes=self.token_shapes,
+            vision_tokens=items(latents["video"], 2),
+            vision_token_shapes=self.item_token_shapes,
             vision_sequence_indexes=self.vision_offsets + und_len,
             vision_mse_loss_indexes=self.noisy_gen_offsets + und_len,
             vision_timesteps=per_token(self.noisy_lengths),
-            vision_noisy_frame_indexes=self.noisy_frames,
+            vision_noisy_frame_indexes=self.item_noisy_frames,
             return_dict=False,
         )
         if self.has_sound:
             lengths = [row.sound_len for row in self.rows]
             kwargs.update(
-                sound_tokens=cast(latents["sound"]), sound_token_shapes=[(n, 1, 1) for n in lengths],
-                sound_sequence_indexes=self.sound_offsets + und_len, sound_mse_loss_indexes=self.sound_offsets + und_len,
+                sound_tokens=items(latents["sound"], 1),
+                sound_token_shapes=[(n, 1, 1) for n in self.item_sound_lengths],
+                sound_sequence_indexes=self.sound_offsets + und_len,
+                sound_mse_loss_indexes=self.sound_offsets + und_len,
                 sound_timesteps=per_token(lengths),
-                sound_noisy_frame_indexes=[torch.arange(n, device=device) for n in lengths])
+                sound_noisy_frame_indexes=[torch.arange(n, device=device) for n in self.item_sound_lengths])
         if self.has_action:
             kwargs.update(
-                action_tokens=cast(latents["action"]),
-                action_token_shapes=[(row.action_len, 1, 1) for row in self.rows],
+                action_tokens=items(latents["action"], 0),
+                action_token_shapes=[(count * self.rows[first].action_len, 1, 1) for first, count in self.items],
                 action_sequence_indexes=self.action_offsets + und_len,
                 action_mse_loss_indexes=self.action_noisy_offsets + und_len,
-                action_timesteps=per_token([len(n) for n in self.noisy_actions]),
-                action_noisy_frame_indexes=self.noisy_actions, action_domain_ids=self.domain_ids)
+                action_timesteps=per_token(self.noisy_action_lengths),
+                action_noisy_frame_indexes=self.item_noisy_actions, action_domain_ids=self.item_domain_ids)
         return kwargs
+
+    def split_outputs(self, video: list[torch.Tensor], sound: list[torch.Tensor] | None,
+                      action: list[torch.Tensor] | None) -> dict[str, list[torch.Tensor]]:
+        """The transformer's per-item predictions -> per stream, one fp32 tensor per row (video
+        ``[C, T, H, W]``, sound ``[C, T]``, action ``[T, D]``), each contiguous."""
+        def rows_of(item_outputs, time_dim):  # [..., count * T, ...] -> count tensors [..., T, ...]
+            out = []
+            for (first, count), x in zip(self.items, item_outputs):
+                x = x.float()
+                if count > 1:
+                    x = x.unflatten(time_dim, (count, -1)).movedim(time_dim, 0).contiguous()
+                    out.extend(x.unbind(0))
+                else:
+                    out.append(x)
+            return out
+
+        streams = {"video": rows_of([v.squeeze(0) for v in video], 1)}
+        if sound is not None:
+            streams["sound"] = rows_of(sound, 1)
+        if action is not None:
+            streams["action"] = rows_of(action, 0)
+        return streams
 
 
 def _rope(x, cos, sin):
@@ -322,28 +383,32 @@ class PackedRowsAttnProcessor:
 
     @staticmethod
     def _sdpa(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):
-        def rows_of(x, start, rows, length):  # packed [rows * length, h, d] -> [rows, length, h, d], a view
-            return x[start:start + rows * length].view(rows, length, *x.shape[1:])
+        # Each packed stream is split into its runs once (views; the backward is one concatenation,
+        # where slicing run by run would add one full-size gradient per run).
+        und_sizes = [rows * und_len for _, _, rows, und_len, _ in layout.runs]
+        gen_sizes = [rows * gen_len for _, _, rows, _, gen_len in layout.runs]
 
-        def seq(x, start, rows, length):  # -> [rows, h, length, d], a view SDPA reads as it lies
-            return rows_of(x, start, rows, length).transpose(1, 2)
+        def runs_of(x, sizes, length_at):  # packed [L, h, d] -> per run [rows, length, h, d], views
+            return [part.view(run[2], run[length_at], *x.shape[1:]) for part, run in zip(x.split(sizes), layout.runs)]
 
-        def attend(q, k, v, causal):  # -> packed [rows * length, h * d]
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        def attend(q, k, v, causal):  # [rows, length, h, d] each -> packed [rows * length, h * d]
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                 is_causal=causal, enable_gqa=True)
             return out.transpose(1, 2).flatten(-2).flatten(0, 1)
 
-        und_out, gen_out = [], []
-        for a, c, rows, und_len, gen_len in layout.runs:
-            if und is not None:
-                q_und, k_und, _ = und
-                und_out.append(attend(*(seq(x, a, rows, und_len) for x in (q_und, k_und, v_und)), True))
+        text_keys, text_values = runs_of(k_und_for_gen, und_sizes, 3), runs_of(v_und, und_sizes, 3)
+        gen_out = [
             # Joined along the sequence before the head transpose: two block copies per row, not a
             # transposing copy (which cost 7 % of an Edge forward).
-            keys, values = (torch.cat([rows_of(text, a, rows, und_len), rows_of(vision, c, rows, gen_len)],
-                                      dim=1).transpose(1, 2)
-                            for text, vision in ((k_und_for_gen, k_gen), (v_und, v_gen)))
-            gen_out.append(attend(seq(q_gen, c, rows, gen_len), keys, values, False))
-        return (torch.cat(und_out) if und is not None else None), torch.cat(gen_out)
+            attend(q, torch.cat([k_text, k], dim=1), torch.cat([v_text, v], dim=1), False)
+            for q, k, v, k_text, v_text in zip(runs_of(q_gen, gen_sizes, 4), runs_of(k_gen, gen_sizes, 4),
+                                               runs_of(v_gen, gen_sizes, 4), text_keys, text_values)]
+        und_out = None
+        if und is not None:
+            q_und, k_und, _ = und
+            und_out = torch.cat([attend(q, k, v, True) for q, k, v in zip(
+                runs_of(q_und, und_sizes, 3), runs_of(k_und, und_sizes, 3), text_values)])
+        return und_out, torch.cat(gen_out)
 
     @staticmethod
     def _flex(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):

@@ -105,6 +105,11 @@ def _lr(step: int, total: int, peak: float, warmup: int = 200) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
+def _fused(device) -> bool:
+    """AdamW as one kernel for all parameters where torch has it (CUDA): the trainer is bound by launches."""
+    return torch.device(device).type == "cuda"
+
+
 def _update(optimizer, loss, parameters, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -118,7 +123,7 @@ def train_vae(vae, args: TrainArgs, log: list) -> None:
     from tqdm import tqdm
 
     vae.train().requires_grad_(True)
-    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0, fused=_fused(args.device))
     batches = scene_batches([args.data_seed * 1_000_003 + step for step in range(args.vae_steps)], args.vae_batch,
                             args.data_workers)
     for step in tqdm(range(args.vae_steps), desc="vae"):
@@ -186,9 +191,10 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
     action = task in ("forward_dynamics", "inverse_dynamics", "policy")
     if action:
         pool = pools["expert" if task == "policy" else "random"]
-        index = torch.from_numpy(rng.integers(0, len(pool.prompts), args.batch)).to(pool.latents.device)
-        video, commands = pool.latents[index], pool.commands[index]
-        prompts = [pool.prompts[i] for i in index.tolist()]
+        index = rng.integers(0, len(pool.prompts), args.batch)
+        on_device = torch.from_numpy(index).to(pool.latents.device)
+        video, commands = pool.latents[on_device], pool.commands[on_device]
+        prompts = [pool.prompts[i] for i in index]
         num_frames = NUM_FRAMES
     else:
         frames, captions, image_captions = scenes
@@ -241,7 +247,7 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
 
     transformer = model.transformer
     transformer.train().requires_grad_(True)
-    optimizer = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01, fused=_fused(args.device))
     weights = parse_task_weights(args.task_weights)
     tokens: dict = {}
     rng = np.random.default_rng(args.data_seed)
@@ -261,8 +267,10 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     for step, task in enumerate(tqdm(schedule, desc="transformer")):
         scenes = next(batches) if task in ("t2v", "t2i") else None
         rows, x0, generated = training_batch(model, task, args, scenes, rng, tokens, pools)
-        # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training
-        sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float()).to(args.device)
+        # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training;
+        # drawn on the host, so that the timesteps below cost no wait for the device
+        sigma_host = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float())
+        sigma = sigma_host.to(args.device)
         noise = {name: torch.randn_like(x) for name, x in x0.items()}
         x_sigma = {}
         for name, x in x0.items():
@@ -271,12 +279,12 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
         inputs = {"video": [x.unsqueeze(0) for x in x_sigma["video"]]}
         if "action" in x_sigma:
             inputs["action"] = list(x_sigma["action"])
-        velocity = model.forward_rows(model.pack(rows), inputs, (sigma * 1000).tolist())
+        velocity = model.forward_rows(model.pack(rows), inputs, (sigma_host * 1000).tolist())
         loss = 0.0
-        for name, x in x0.items():
+        for name, x in x0.items():  # the mean squared error over the generated elements (none: 0)
             predicted = torch.stack([v[name] for v in velocity])
-            if generated[name].any():
-                loss = loss + ((predicted - (noise[name] - x)) ** 2)[generated[name]].mean()
+            mask = generated[name].float()
+            loss = loss + ((predicted - (noise[name] - x)) ** 2 * mask).sum() / mask.sum().clamp_min(1.0)
         # with a time budget the cosine decays on whichever of steps and time runs out first
         progress = step if started >= deadline else max(
             step, int(args.steps * (time.time() - started) / (deadline - started)))
