@@ -10,7 +10,8 @@ Stage 1 fits the tiny ``AutoencoderKLWan`` (reconstruction + a small KL term) an
 ``Cosmos3OmniPipeline`` samples with: ``x_sigma = (1 - sigma) x0 + sigma noise``, target
 velocity ``noise - x0``, model time ``1000 sigma``, prompts through the pipeline's own
 templates, and the unconditional prompt in place of the caption with ``uncond_prob`` (for
-classifier-free guidance). Each batch is one task of ``task_weights``: text-to-video and
+classifier-free guidance). Each batch is one task of ``task_weights`` (of ``first_task_weights``
+for the first ``first_steps``, a curriculum within the one run): text-to-video and
 text-to-image on the world's scenes, and forward dynamics, inverse dynamics and policy on the
 action world (:func:`cosmos3_gym.world.push`), packed as ``CosmosActionCondition`` runs are
 (the clean frames encoded in the resolution tier's canvas, given elements at timestep 0, the
@@ -60,6 +61,8 @@ class TrainArgs:
     max_minutes: float = 0.0  # > 0: end the transformer stage once the whole run has taken this long
     init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
     task_weights: str = "t2v=1"  # e.g. t2v=3,t2i=1,forward_dynamics=2,inverse_dynamics=1,policy=1
+    first_steps: int = 0  # > 0: the first transformer steps draw from first_task_weights instead
+    first_task_weights: str = ""  # e.g. t2v=1: motion words learned before the action tasks reuse them
     domain: str = "pusht"
     resolution_tier: int = 256
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
@@ -67,8 +70,16 @@ class TrainArgs:
     data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
-        require_at_least(self, data_workers=0)
+        require_at_least(self, data_workers=0, first_steps=0)
         parse_task_weights(self.task_weights)
+        if bool(self.first_steps) != bool(self.first_task_weights):
+            raise ValueError(f"first_steps={self.first_steps} with first_task_weights={self.first_task_weights!r}: "
+                             "give both (e.g. --first-steps 1000 --first-task-weights t2v=1) or neither")
+        if self.first_steps:
+            parse_task_weights(self.first_task_weights, "first_task_weights")
+        if self.first_steps > self.steps:
+            raise ValueError(f"--first-steps {self.first_steps} is more than --steps {self.steps}; "
+                             "the first steps are part of the run's steps")
 
 
 def _pixels(frames, device) -> torch.Tensor:
@@ -143,14 +154,26 @@ def train_vae(vae, args: TrainArgs, log: list) -> None:
     vae.register_to_config(latents_mean=mean.tolist(), latents_std=std.tolist())
 
 
-def parse_task_weights(spec: str) -> dict[str, float]:
+def parse_task_weights(spec: str, argument: str = "task_weights") -> dict[str, float]:
     weights = {}
     for item in spec.split(","):
         name, _, value = item.partition("=")
         if name not in TASKS or not value.replace(".", "", 1).isdigit() or float(value) <= 0:
-            raise ValueError(f"task_weights={spec!r}: {item!r} is not task=weight with a task of {TASKS}")
+            raise ValueError(f"{argument}={spec!r}: {item!r} is not task=weight with a task of {TASKS}")
         weights[name] = float(value)
     return weights
+
+
+def task_schedule(args: TrainArgs, rng: np.random.Generator) -> list[str]:
+    """The task of every transformer step, drawn up front so that text batches render ahead: the
+    first ``first_steps`` from ``first_task_weights``, the rest from ``task_weights``."""
+    def draw(spec: str, count: int) -> list[str]:
+        weights = parse_task_weights(spec)
+        names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
+        return [names[i] for i in rng.choice(len(names), size=count, p=p)]
+
+    first = draw(args.first_task_weights, args.first_steps) if args.first_steps else []
+    return first + draw(args.task_weights, args.steps - args.first_steps)
 
 
 @dataclass
@@ -248,18 +271,16 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     transformer = model.transformer
     transformer.train().requires_grad_(True)
     optimizer = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01, fused=_fused(args.device))
-    weights = parse_task_weights(args.task_weights)
     tokens: dict = {}
     rng = np.random.default_rng(args.data_seed)
+    schedule = task_schedule(args, rng)
     pools = {}
-    if {"forward_dynamics", "inverse_dynamics"} & set(weights):
+    if {"forward_dynamics", "inverse_dynamics"} & set(schedule):
         pools["random"] = ActionPool.build(model, args.action_pool, False, args.data_seed * 1_000_003 + 3 * 10**6,
                                            args.resolution_tier, args.device)
-    if "policy" in weights:
+    if "policy" in schedule:
         pools["expert"] = ActionPool.build(model, args.action_pool // 2, True,
                                            args.data_seed * 1_000_003 + 4 * 10**6, args.resolution_tier, args.device)
-    names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
-    schedule = [names[i] for i in rng.choice(len(names), size=args.steps, p=p)]  # known ahead, to render ahead
     text_steps = [step for step, task in enumerate(schedule) if task in ("t2v", "t2i")]
     batches = scene_batches([args.data_seed * 1_000_003 + 2 * 10**6 + step for step in text_steps], args.batch,
                             args.data_workers)

@@ -72,8 +72,10 @@ def test_trainer_continues_a_checkpoint_on_every_task(tmp_path):
 
     main(["--device", "cpu", "--init-from", str(TINY_CHECKPOINT), "--vae-steps", "0", "--steps", "5", "--batch",
           "2", "--log-every", "1", "--data-seed", "3", "--action-pool", "4", "--out", str(tmp_path),
-          "--task-weights", "t2v=1,t2i=1,forward_dynamics=1,inverse_dynamics=1,policy=1"])
+          "--task-weights", "t2v=1,t2i=1,forward_dynamics=1,inverse_dynamics=1,policy=1",
+          "--first-steps", "1", "--first-task-weights", "policy=1"])
     record = json.loads((tmp_path / "training.json").read_text())
+    assert record["log"][0]["task"] == "policy"
     assert len({r["task"] for r in record["log"]}) >= 3 and all(np.isfinite(r["loss"]) for r in record["log"])
     before = load_file(TINY_CHECKPOINT / "transformer" / "diffusion_pytorch_model.safetensors")
     after = load_file(tmp_path / "transformer" / "diffusion_pytorch_model.safetensors")
@@ -88,6 +90,44 @@ def test_trainer_refuses_unknown_tasks_before_anything_loads(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--device", "cpu", "--task-weights", "t2v=1,walk=1", "--out", str(tmp_path)])
     assert exit_info.value.code == 2 and "task_weights='t2v=1,walk=1': 'walk=1' is not task=weight" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_first_steps_draw_from_their_own_task_weights():
+    """A curriculum in one run: the first steps are all of the first weights' task, the rest are
+    the main weights' draw (the same as a run without first steps makes, from the rng's next state)."""
+    from cosmos3_gym.train_world_model import TrainArgs, task_schedule
+
+    main_weights = "t2v=1,forward_dynamics=3"
+    args = TrainArgs(device="cpu", steps=400, first_steps=100, first_task_weights="t2i=1", task_weights=main_weights)
+    rng = np.random.default_rng(0)
+    schedule = task_schedule(args, rng)
+    assert schedule[:100] == ["t2i"] * 100
+    reference = np.random.default_rng(0)
+    reference.choice(1, size=100, p=[1.0])  # the first steps' draw
+    drawn = reference.choice(2, size=300, p=[0.25, 0.75])
+    assert schedule[100:] == [("t2v", "forward_dynamics")[i] for i in drawn]
+    assert 0.65 < schedule[100:].count("forward_dynamics") / 300 < 0.85
+    plain = TrainArgs(device="cpu", steps=400, task_weights=main_weights)
+    assert task_schedule(plain, np.random.default_rng(0)) == \
+        [("t2v", "forward_dynamics")[i] for i in np.random.default_rng(0).choice(2, size=400, p=[0.25, 0.75])]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--first-steps", "100"], "first_steps=100 with first_task_weights='': give both"),
+    (["--first-task-weights", "t2v=1"], "first_steps=0 with first_task_weights='t2v=1': give both"),
+    (["--first-steps", "100", "--first-task-weights", "t2v=x"],
+     "first_task_weights='t2v=x': 't2v=x' is not task=weight"),
+    (["--steps", "50", "--first-steps", "100", "--first-task-weights", "t2v=1"],
+     "--first-steps 100 is more than --steps 50"),
+    (["--first-steps", "-1", "--first-task-weights", "t2v=1"], "--first-steps -1 is too small; use 0 or more"),
+])
+def test_trainer_refuses_bad_first_steps_before_anything_loads(tmp_path, capsys, flags, message):
+    from cosmos3_gym.train_world_model import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu", "--out", str(tmp_path), *flags])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 
