@@ -20,8 +20,8 @@ import torch
 
 from cosmos3_gym.args import parse_args
 from cosmos3_gym.tiny_model import build_tiny_components
-from cosmos3_gym.train_world_model import (SceneBatches, TrainArgs, _load_weights, _pixels, trainable_model,
-                                          training_batch)
+from cosmos3_gym.train_world_model import (SceneBatches, TrainArgs, _load_weights, _pixels, flow_matching_loss,
+                                          trainable_model, training_batch)
 
 OPPOSITES = (("to the right", "to the left"), ("rises", "falls"), (" up", " down"))
 SIGMAS = (0.3, 0.5, 0.7, 0.85, 0.95)
@@ -54,18 +54,14 @@ def losses(checkpoint: Path, args: DirectionArgs) -> dict[str, list[float]]:
     result = {}
     for name, prompts in (("true", captions), ("opposite", [opposite(c) for c in captions]),
                           ("empty", [""] * len(captions))):
-        rows, x0, _ = training_batch(model, "t2v", TrainArgs(device="cpu", batch=args.samples, uncond_prob=0.0),
-                                     (frames, prompts, image_captions), np.random.default_rng(0), {}, {})
+        rows, x0, generated = training_batch(model, "t2v", TrainArgs(device="cpu", batch=args.samples,
+                                                                     uncond_prob=0.0),
+                                             (frames, prompts, image_captions), np.random.default_rng(0), {}, {})
         # the batch's rows are sorted by text length: each video keeps its own noise under every caption
         order = [next(i for i in range(len(clean)) if torch.equal(row, clean[i])) for row in x0["video"]]
-        row_noise = noise[order]
-        result[name] = []
-        for sigma in SIGMAS:
-            x = (1 - sigma) * x0["video"] + sigma * row_noise
-            velocity = model.forward_rows(model.pack(rows), {"video": [row.unsqueeze(0) for row in x]},
-                                          [1000 * sigma] * len(rows))
-            predicted = torch.stack([v["video"] for v in velocity])
-            result[name].append(float(((predicted - (row_noise - x0["video"])) ** 2).mean()))
+        row_noise = {"video": noise[order]}
+        result[name] = [float(flow_matching_loss(model, rows, x0, generated, row_noise,
+                                                 torch.full((len(rows),), sigma))) for sigma in SIGMAS]
     return result
 
 

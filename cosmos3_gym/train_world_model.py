@@ -265,6 +265,31 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
     return rows, x0, generated
 
 
+def flow_matching_loss(model: Cosmos3Model, rows: list[RowSpec], x0: dict[str, torch.Tensor],
+                       generated: dict[str, torch.Tensor], noise: dict[str, torch.Tensor],
+                       sigma: torch.Tensor) -> torch.Tensor:
+    """The rectified-flow loss of one batch, the objective the samplers integrate: each generated
+    element at ``(1 - sigma) x0 + sigma noise`` (the rest stays clean), the model's velocity at time
+    ``1000 sigma`` against ``noise - x0``, the squared error averaged per stream over its generated
+    elements and summed over streams (a stream with none adds 0). ``sigma`` (one per row) stays on
+    the host, so that the timesteps cost no wait for the device."""
+    on_device = sigma.to(x0["video"].device)
+    x_sigma = {}
+    for name, x in x0.items():
+        s = on_device.view(-1, *([1] * (x.ndim - 1)))
+        x_sigma[name] = torch.where(generated[name], (1 - s) * x + s * noise[name], x)
+    inputs = {"video": [x.unsqueeze(0) for x in x_sigma["video"]]}
+    if "action" in x_sigma:
+        inputs["action"] = list(x_sigma["action"])
+    velocity = model.forward_rows(model.pack(rows), inputs, (sigma * 1000).tolist())
+    loss = 0.0
+    for name, x in x0.items():
+        predicted = torch.stack([v[name] for v in velocity])
+        mask = generated[name].float()
+        loss = loss + ((predicted - (noise[name] - x)) ** 2 * mask).sum() / mask.sum().clamp_min(1.0)
+    return loss
+
+
 def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline: float) -> None:
     from tqdm import tqdm
 
@@ -289,23 +314,10 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
         scenes = next(batches) if task in ("t2v", "t2i") else None
         rows, x0, generated = training_batch(model, task, args, scenes, rng, tokens, pools)
         # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training;
-        # drawn on the host, so that the timesteps below cost no wait for the device
-        sigma_host = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float())
-        sigma = sigma_host.to(args.device)
+        # drawn on the host (see flow_matching_loss)
+        sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float())
         noise = {name: torch.randn_like(x) for name, x in x0.items()}
-        x_sigma = {}
-        for name, x in x0.items():
-            s = sigma.view(-1, *([1] * (x.ndim - 1)))
-            x_sigma[name] = torch.where(generated[name], (1 - s) * x + s * noise[name], x)
-        inputs = {"video": [x.unsqueeze(0) for x in x_sigma["video"]]}
-        if "action" in x_sigma:
-            inputs["action"] = list(x_sigma["action"])
-        velocity = model.forward_rows(model.pack(rows), inputs, (sigma_host * 1000).tolist())
-        loss = 0.0
-        for name, x in x0.items():  # the mean squared error over the generated elements (none: 0)
-            predicted = torch.stack([v[name] for v in velocity])
-            mask = generated[name].float()
-            loss = loss + ((predicted - (noise[name] - x)) ** 2 * mask).sum() / mask.sum().clamp_min(1.0)
+        loss = flow_matching_loss(model, rows, x0, generated, noise, sigma)
         # with a time budget the cosine decays on whichever of steps and time runs out first
         progress = step if started >= deadline else max(
             step, int(args.steps * (time.time() - started) / (deadline - started)))

@@ -113,6 +113,50 @@ def test_first_steps_draw_from_their_own_task_weights():
         [("t2v", "forward_dynamics")[i] for i in np.random.default_rng(0).choice(2, size=400, p=[0.25, 0.75])]
 
 
+class _ConstantVelocity:
+    """A stand-in model: records what the loss feeds it and predicts a known constant per stream."""
+
+    velocity = {"video": 0.5, "action": -1.0}
+
+    def pack(self, rows):
+        return rows
+
+    def forward_rows(self, packed, inputs, timesteps):
+        self.inputs, self.timesteps = inputs, timesteps
+        return [{name: torch.full_like(inputs[name][i].squeeze(0) if name == "video" else inputs[name][i], value)
+                 for name, value in self.velocity.items() if name in inputs} for i in range(len(packed))]
+
+
+@pytest.mark.parametrize("actions_generated", [True, False])
+def test_flow_matching_loss_is_the_mean_error_over_generated_elements(actions_generated):
+    """Against float64 arithmetic with boolean indexing: noised inputs where generated, clean elsewhere,
+    time 1000 sigma, and the squared error per stream averaged over its generated elements only."""
+    from cosmos3_gym.train_world_model import flow_matching_loss
+
+    g = torch.Generator().manual_seed(0)
+    x0 = {"video": torch.randn(3, 4, 3, 2, 2, generator=g), "action": torch.randn(3, 8, 5, generator=g)}
+    noise = {name: torch.randn(x.shape, generator=g) for name, x in x0.items()}
+    frames = torch.tensor([False, True, True])  # the first latent frame is given
+    action_mask = torch.zeros(3, 8, 5, dtype=torch.bool)
+    action_mask[:, :, :2] = actions_generated  # two of five action dims are the domain's
+    generated = {"video": frames.view(1, 1, -1, 1, 1).expand_as(x0["video"]), "action": action_mask}
+    sigma = torch.tensor([0.1, 0.5, 0.9])
+    model = _ConstantVelocity()
+    loss = flow_matching_loss(model, ["row"] * 3, x0, generated, noise, sigma)
+
+    expected = 0.0
+    for name in ("video", "action"):
+        x, n, mask = x0[name].double(), noise[name].double(), generated[name]
+        s = sigma.double().view(-1, *([1] * (x.ndim - 1)))
+        noised = torch.where(mask, (1 - s) * x + s * n, x)
+        fed = torch.cat(model.inputs[name]) if name == "video" else torch.stack(model.inputs[name])
+        torch.testing.assert_close(fed.double(), noised, rtol=1e-6, atol=1e-6)
+        if mask.any():
+            expected += float(((model.velocity[name] - (n - x))[mask] ** 2).mean())
+    assert model.timesteps == pytest.approx([100.0, 500.0, 900.0], rel=1e-6)
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--first-steps", "100"], "first_steps=100 with first_task_weights='': give both"),
     (["--first-task-weights", "t2v=1"], "first_steps=0 with first_task_weights='t2v=1': give both"),
