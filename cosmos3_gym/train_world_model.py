@@ -271,8 +271,8 @@ def flow_matching_loss(model: Cosmos3Model, rows: list[RowSpec], x0: dict[str, t
     """The rectified-flow loss of one batch, the objective the samplers integrate: each generated
     element at ``(1 - sigma) x0 + sigma noise`` (the rest stays clean), the model's velocity at time
     ``1000 sigma`` against ``noise - x0``, the squared error averaged per stream over its generated
-    elements and summed over streams (a stream with none adds 0). ``sigma`` (one per row) stays on
-    the host, so that the timesteps cost no wait for the device."""
+    elements and summed over streams (a stream with none adds 0). ``sigma`` (one per row) comes
+    from the host, and the model's timesteps are read from it there, not back from the device."""
     on_device = sigma.to(x0["video"].device)
     x_sigma = {}
     for name, x in x0.items():
