@@ -118,6 +118,16 @@ def _flex_attention(device_type: str):
     return torch.compile(flex_attention, dynamic=False)
 
 
+def to_device(host: torch.Tensor, device) -> torch.Tensor:
+    """``host`` (a CPU tensor) on ``device``, without waiting for the device: PyTorch ends a blocking
+    copy of pageable memory with ``cudaStreamSynchronize``, so on CUDA the tensor is pinned and copied
+    asynchronously (the pinned block is kept until the copy has run)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def _row_ids(lengths: list[int], device) -> torch.Tensor:
     """For each token of a packed stream, the index of the row it belongs to."""
     return torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
@@ -215,11 +225,11 @@ class PackedRows:
         self.und_len = sum(und_lengths)
         self.gen_lengths = gen_lengths
         self.gen_len = gen_start
-        self.input_ids = torch.tensor(input_ids, dtype=torch.long, device=device)
-        self.position_ids = torch.cat(text_positions + gen_positions, dim=1).to(device)
+        self.input_ids = to_device(torch.tensor(input_ids, dtype=torch.long), device)
+        self.position_ids = to_device(torch.cat(text_positions + gen_positions, dim=1), device)
 
         def index(offsets):  # positions in the generation stream
-            return torch.tensor(offsets, dtype=torch.long, device=device)
+            return to_device(torch.tensor(offsets, dtype=torch.long), device)
 
         self.vision_offsets, self.noisy_gen_offsets = index(vision_offsets), index(noisy_offsets)
         self.sound_offsets, self.action_offsets = index(sound_offsets), index(action_offsets)
@@ -260,10 +270,10 @@ class PackedRows:
         only (the attention processor supplies the cached text keys and values).
         """
         device = self.input_ids.device
-        step = torch.tensor(timesteps, dtype=torch.float32).to(device)
+        step = to_device(torch.tensor(timesteps, dtype=torch.float32), device)
 
         def per_token(counts):  # each row's timestep, repeated over its noisy tokens
-            return step.repeat_interleave(torch.tensor(counts, device=device), output_size=sum(counts))
+            return step.repeat_interleave(to_device(torch.tensor(counts), device), output_size=sum(counts))
 
         def items(tensors, dim):  # one tensor per item: its rows joined along time (dim ``dim``)
             return [(tensors[first] if count == 1 else torch.cat(tensors[first:first + count], dim=dim)

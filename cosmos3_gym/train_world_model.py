@@ -34,7 +34,7 @@ import torch
 
 from .args import parse_args, require_at_least
 from .model import Cosmos3Model
-from .packing import RowSpec
+from .packing import RowSpec, to_device
 from .streams import checked_domain
 from .tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
 from .world import action_chunks, dataset
@@ -83,7 +83,7 @@ class TrainArgs:
 
 
 def _pixels(frames, device) -> torch.Tensor:
-    return torch.as_tensor(frames).to(device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
+    return to_device(torch.as_tensor(frames), device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
 
 
 class SceneBatches(torch.utils.data.Dataset):
@@ -215,7 +215,7 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
     if action:
         pool = pools["expert" if task == "policy" else "random"]
         index = rng.integers(0, len(pool.prompts), args.batch)
-        on_device = torch.from_numpy(index).to(pool.latents.device)
+        on_device = to_device(torch.from_numpy(index), pool.latents.device)
         video, commands = pool.latents[on_device], pool.commands[on_device]
         prompts = [pool.prompts[i] for i in index]
         num_frames = NUM_FRAMES
@@ -226,12 +226,13 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
         prompts = image_captions if task == "t2i" else captions
         num_frames = frames.shape[1]
         video = model.pipeline._encode_video(_pixels(frames, args.device))
-    generated_frames = torch.ones(video.shape[2], dtype=torch.bool, device=args.device)
+    given_latents = 0
     if action:  # the clean latent frames: the first (policy, forward dynamics) or all (inverse dynamics)
         given = num_frames if task == "inverse_dynamics" else 1
-        generated_frames[: (given - 1) // model.temporal_compression + 1] = False
+        given_latents = (given - 1) // model.temporal_compression + 1
+    clean_frames = tuple(range(given_latents))
+    generated_frames = torch.arange(video.shape[2], device=args.device) >= given_latents
     grid = video.shape[2:]
-    clean_frames = tuple(int(f) for f in torch.nonzero(~generated_frames).flatten())
     height, width = model.action_canvas(SIZE, SIZE, args.resolution_tier) if action else (SIZE, SIZE)
     mode = task if action else None
     domain_id, raw_dim = checked_domain(args.domain, model.transformer.config.action_dim) if action else (0, 0)
@@ -250,7 +251,7 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
         rows.append(RowSpec(ids, *grid, FPS, clean_frames, **extra))
     # rows of equal text length next to each other: each such run attends as one batch
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
-    rows, order = [rows[i] for i in order], torch.tensor(order, device=video.device)
+    rows, order = [rows[i] for i in order], to_device(torch.tensor(order), video.device)
     video = video[order]
     x0 = {"video": video}
     generated = {"video": generated_frames.view(1, 1, -1, 1, 1).expand_as(video)}
@@ -273,7 +274,7 @@ def flow_matching_loss(model: Cosmos3Model, rows: list[RowSpec], x0: dict[str, t
     ``1000 sigma`` against ``noise - x0``, the squared error averaged per stream over its generated
     elements and summed over streams (a stream with none adds 0). ``sigma`` (one per row) comes
     from the host, and the model's timesteps are read from it there, not back from the device."""
-    on_device = sigma.to(x0["video"].device)
+    on_device = to_device(sigma, x0["video"].device)
     x_sigma = {}
     for name, x in x0.items():
         s = on_device.view(-1, *([1] * (x.ndim - 1)))

@@ -1,5 +1,6 @@
 """GPU code paths (FlexAttention, compiled vision pathway, bf16): run only where CUDA is."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -66,3 +67,34 @@ def test_leading_frames_encode_alone_on_the_wan22_vae():
     reference = model.pipeline._encode_video(whole).float()[0]
     assert condition.clean_frames == (0,)
     assert torch.equal(condition.latent[:, 0], reference[:, 0])
+
+
+def test_an_action_batch_reaches_the_transformer_without_waiting_for_the_device():
+    """The trainer's batch, its packing and the transformer's inputs copy from the host asynchronously:
+    under sync debug mode "error" any blocking copy or read-back raises. The inputs keep their values."""
+    from cosmos3_gym.packing import to_device
+    from cosmos3_gym.tiny_model import build_tiny_components
+    from cosmos3_gym.train_world_model import ActionPool, TrainArgs, trainable_model, training_batch
+
+    model = trainable_model(build_tiny_components(0), "cuda")
+    args = TrainArgs(device="cuda", batch=8, action_pool=8)
+    pools = {"random": ActionPool.build(model, 8, False, 1, args.resolution_tier, "cuda")}
+    rng, timesteps = np.random.default_rng(0), [100.0 * (i + 1) for i in range(8)]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        rows, x0, generated = training_batch(model, "forward_dynamics", args, None, rng, {}, pools)
+        packed = model.pack(rows)
+        kwargs = packed.transformer_kwargs({"video": [x.unsqueeze(0) for x in x0["video"]],
+                                            "action": list(x0["action"])}, timesteps, torch.float32)
+        sigma = to_device(torch.tensor(timesteps) / 1000, "cuda")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    reference = model.pack(rows)  # the same packing, its host copies blocking as they come
+    assert torch.equal(kwargs["input_ids"], reference.input_ids.to("cuda"))
+    assert torch.equal(sigma.cpu(), torch.tensor(timesteps) / 1000)
+    per_row = reference.noisy_lengths
+    assert torch.equal(kwargs["vision_timesteps"].cpu(),
+                       torch.tensor(timesteps).repeat_interleave(torch.tensor(per_row)))
+    assert not generated["video"][:, :, 0].any() and generated["video"][:, :, 1:].all()
+
