@@ -5,7 +5,7 @@
 :func:`~cosmos3_gym.world.detect`, and reports colour and direction accuracy against what
 the caption asked for (chance: 25 % each). For the action rollouts it scores the world model
 against the action world's ground truth (:func:`action_accuracy`): forward dynamics by the
-object's position in the imagined frames, inverse dynamics by the cosine between inferred and
+object's position and colour in the imagined frames, inverse dynamics by the cosine between inferred and
 true actions, the policy by the success of its actions executed in the true world.
 """
 
@@ -62,7 +62,9 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     """The world model against the action world, on ``samples`` tasks drawn from ``seed``.
 
     Forward dynamics: the median distance (pixels) between the object detected in each imagined
-    frame and its true centre under the same commands. Inverse dynamics: the mean cosine between
+    frame and its true centre under the same commands, and the fraction of imagined frames whose
+    object keeps the task's colour (a model can put the object in the right place in the wrong
+    colour, and an agent trained in its dreams then chases an object that is not there). Inverse dynamics: the mean cosine between
     the inferred and the true command chunk. Policy: the fraction of tasks whose generated chunk,
     executed in the true world, ends with the object in its goal (and the same for the noisy
     expert that the training data came from, and for uniform random commands)."""
@@ -75,7 +77,7 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     tasks, frames, commands = action_chunks(np.random.default_rng(seed), samples, chunk, expert=mode == "policy",
                                             size=size)
     actions = np.tile(venv.default_action, (batch, 1))
-    values = []
+    values, kept = [], []
     for start in tqdm(range(0, samples, batch), desc=f"evaluating {mode}"):
         idx = [min(start + j, samples - 1) for j in range(batch)]
         options = {"prompt": [tasks[i].prompt for i in idx]}
@@ -97,6 +99,7 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
                     found = detect(info["frames"][j][k + 1][None])
                     values.append(float(np.hypot(*(np.array(found.position) * size - truth[k])))
                                   if found.color is not None else float(size))
+                    kept.append(found.color == task.color)
             elif mode == "inverse_dynamics":
                 a, b = info["actions"][j].ravel(), commands[i].ravel()
                 values.append(_cosine(a, b))
@@ -106,6 +109,7 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     result = {"env_id": env_id, "mode": mode, "samples": samples, "seed": seed, "overrides": overrides}
     if mode == "forward_dynamics":
         result["median_position_error_px"] = float(np.median(values))
+        result["color_kept"] = float(np.mean(kept))
     elif mode == "inverse_dynamics":
         result["mean_action_cosine"] = float(np.mean(values))
         # a reference: the commands read off each frame's true motion (over MAX_SPEED; nothing while
