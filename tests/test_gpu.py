@@ -90,7 +90,7 @@ def test_an_action_batch_reaches_the_transformer_without_waiting_for_the_device(
         sigma = to_device(torch.tensor(timesteps) / 1000, "cuda")
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    reference = model.pack(rows)  # the same packing, its host copies blocking as they come
+    reference = model.pack(rows)  # the same packing, outside sync debug mode
     assert torch.equal(kwargs["input_ids"], reference.input_ids.to("cuda"))
     assert torch.equal(sigma.cpu(), torch.tensor(timesteps) / 1000)
     per_row = reference.noisy_lengths
