@@ -5,8 +5,8 @@
 :func:`~cosmos3_gym.world.detect`, and reports colour and direction accuracy against what
 the caption asked for (chance: 25 % each). For the action rollouts it scores the world model
 against the action world's ground truth (:func:`action_accuracy`): forward dynamics by the
-object's position and colour in the imagined frames, inverse dynamics by the cosine between inferred and
-true actions, the policy by the success of its actions executed in the true world.
+object's position and colour in the imagined frames, inverse dynamics by the cosine between
+inferred and true actions, the policy by the success of its actions executed in the true world.
 """
 
 from __future__ import annotations
@@ -63,9 +63,8 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
 
     Forward dynamics: the median distance (pixels) between the object detected in each imagined
     frame and its true centre under the same commands, and the fraction of imagined frames whose
-    object keeps the task's colour (a model can put the object in the right place in the wrong
-    colour, and an agent trained in its dreams then chases an object that is not there). Inverse dynamics: the mean cosine between
-    the inferred and the true command chunk. Policy: the fraction of tasks whose generated chunk,
+    object keeps the task's colour (the position alone cannot see an object that changes colour).
+    Inverse dynamics: the mean cosine between the inferred and the true command chunk. Policy: the fraction of tasks whose generated chunk,
     executed in the true world, ends with the object in its goal (and the same for the noisy
     expert that the training data came from, and for uniform random commands)."""
     from tqdm import tqdm
