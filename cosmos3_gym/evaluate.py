@@ -64,9 +64,10 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     Forward dynamics: the median distance (pixels) between the object detected in each imagined
     frame and its true centre under the same commands, and the fraction of imagined frames whose
     object keeps the task's colour (the position alone cannot see an object that changes colour).
-    Inverse dynamics: the mean cosine between the inferred and the true command chunk. Policy: the fraction of tasks whose generated chunk,
-    executed in the true world, ends with the object in its goal (and the same for the noisy
-    expert that the training data came from, and for uniform random commands)."""
+    Inverse dynamics: the mean cosine between the inferred and the true command chunk. Policy:
+    the fraction of tasks whose generated chunk, executed in the true world, ends with the object
+    in its goal (and the same for the noisy expert that the training data came from, and for
+    uniform random commands)."""
     from tqdm import tqdm
 
     venv = Cosmos3RolloutVectorEnv(batch, env_id, **overrides)
