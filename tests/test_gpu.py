@@ -97,4 +97,3 @@ def test_an_action_batch_reaches_the_transformer_without_waiting_for_the_device(
     assert torch.equal(kwargs["vision_timesteps"].cpu(),
                        torch.tensor(timesteps).repeat_interleave(torch.tensor(per_row)))
     assert not generated["video"][:, :, 0].any() and generated["video"][:, :, 1:].all()
-
