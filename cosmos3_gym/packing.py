@@ -130,7 +130,8 @@ def to_device(host: torch.Tensor, device) -> torch.Tensor:
 
 def _row_ids(lengths: list[int], device) -> torch.Tensor:
     """For each token of a packed stream, the index of the row it belongs to."""
-    return torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+    return torch.repeat_interleave(torch.arange(len(lengths), device=device), to_device(torch.tensor(lengths), device),
+                                   output_size=sum(lengths))
 
 
 @functools.lru_cache(maxsize=4096)
