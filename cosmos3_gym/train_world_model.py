@@ -10,8 +10,8 @@ Stage 1 fits the tiny ``AutoencoderKLWan`` (reconstruction + a small KL term) an
 ``Cosmos3OmniPipeline`` samples with: ``x_sigma = (1 - sigma) x0 + sigma noise``, target
 velocity ``noise - x0``, model time ``1000 sigma``, prompts through the pipeline's own
 templates, and the unconditional prompt in place of the caption with ``uncond_prob`` (for
-classifier-free guidance). Each batch is one task of ``task_weights`` (of ``first_task_weights``
-for the first ``first_steps``, a curriculum within the one run): text-to-video and
+classifier-free guidance). Each batch is one task of ``task_weights``, after the phases of
+``curriculum`` (each its own steps and weights: a curriculum within the one run): text-to-video and
 text-to-image on the world's scenes, and forward dynamics, inverse dynamics and policy on the
 action world (:func:`cosmos3_gym.world.push`), packed as ``CosmosActionCondition`` runs are
 (the clean frames encoded in the resolution tier's canvas, given elements at timestep 0, the
@@ -61,8 +61,9 @@ class TrainArgs:
     max_minutes: float = 0.0  # > 0: end the transformer stage once the whole run has taken this long
     init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
     task_weights: str = "t2v=1"  # e.g. t2v=3,t2i=1,forward_dynamics=2,inverse_dynamics=1,policy=1
-    first_steps: int = 0  # > 0: the first transformer steps draw from first_task_weights instead
-    first_task_weights: str = ""  # e.g. t2v=1: motion words learned before the action tasks reuse them
+    # phases before task_weights, "steps:weights" joined by "/": e.g. 1500:t2v=4,forward_dynamics=6/600:t2v=1
+    # (the action tasks learn to keep the given frame's colours first, then the motion words alone)
+    curriculum: str = ""
     domain: str = "pusht"
     resolution_tier: int = 256
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
@@ -70,16 +71,12 @@ class TrainArgs:
     data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
-        require_at_least(self, data_workers=0, first_steps=0)
+        require_at_least(self, data_workers=0)
         parse_task_weights(self.task_weights)
-        if bool(self.first_steps) != bool(self.first_task_weights):
-            raise ValueError(f"first_steps={self.first_steps} with first_task_weights={self.first_task_weights!r}: "
-                             "give both (e.g. --first-steps 1000 --first-task-weights t2v=1) or neither")
-        if self.first_steps:
-            parse_task_weights(self.first_task_weights, "first_task_weights")
-        if self.first_steps > self.steps:
-            raise ValueError(f"--first-steps {self.first_steps} is more than --steps {self.steps}; "
-                             "the first steps are part of the run's steps")
+        phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))
+        if phased > self.steps:
+            raise ValueError(f"--curriculum {self.curriculum!r} has {phased} steps, more than --steps {self.steps}; "
+                             "its phases are part of the run's steps")
 
 
 def _pixels(frames, device) -> torch.Tensor:
@@ -164,16 +161,30 @@ def parse_task_weights(spec: str, argument: str = "task_weights") -> dict[str, f
     return weights
 
 
+def parse_curriculum(spec: str) -> list[tuple[int, str]]:
+    """``"1500:t2v=4,forward_dynamics=6/600:t2v=1"`` as ``[(1500, "t2v=4,..."), (600, "t2v=1")]``."""
+    phases = []
+    for phase in spec.split("/") if spec else []:
+        steps, _, weights = phase.partition(":")
+        if not steps.isdigit() or int(steps) < 1 or not weights:
+            raise ValueError(f"curriculum={spec!r}: {phase!r} is not steps:weights with steps >= 1 "
+                             "(e.g. 1500:t2v=4,forward_dynamics=6/600:t2v=1)")
+        parse_task_weights(weights, "curriculum")
+        phases.append((int(steps), weights))
+    return phases
+
+
 def task_schedule(args: TrainArgs, rng: np.random.Generator) -> list[str]:
-    """The task of every transformer step, drawn up front so that text batches render ahead: the
-    first ``first_steps`` from ``first_task_weights``, the rest from ``task_weights``."""
+    """The task of every transformer step, drawn up front so that text batches render ahead: each
+    phase of ``curriculum`` in turn from its own weights, the remaining steps from ``task_weights``."""
     def draw(spec: str, count: int) -> list[str]:
         weights = parse_task_weights(spec)
         names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
         return [names[i] for i in rng.choice(len(names), size=count, p=p)]
 
-    first = draw(args.first_task_weights, args.first_steps) if args.first_steps else []
-    return first + draw(args.task_weights, args.steps - args.first_steps)
+    phases = parse_curriculum(args.curriculum)
+    schedule = [task for steps, weights in phases for task in draw(weights, steps)]
+    return schedule + draw(args.task_weights, args.steps - len(schedule))
 
 
 @dataclass

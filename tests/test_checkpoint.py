@@ -74,7 +74,7 @@ def test_trainer_continues_a_checkpoint_on_every_task(tmp_path):
     main(["--device", "cpu", "--init-from", str(TINY_CHECKPOINT), "--vae-steps", "0", "--steps", "5", "--batch",
           "2", "--log-every", "1", "--data-seed", "3", "--action-pool", "4", "--out", str(tmp_path),
           "--task-weights", "t2v=1,t2i=1,forward_dynamics=1,inverse_dynamics=1,policy=1",
-          "--first-steps", "1", "--first-task-weights", "policy=1"])
+          "--curriculum", "1:policy=1"])
     record = json.loads((tmp_path / "training.json").read_text())
     assert record["log"][0]["task"] == "policy"
     assert len({r["task"] for r in record["log"]}) >= 3 and all(np.isfinite(r["loss"]) for r in record["log"])
@@ -94,21 +94,23 @@ def test_trainer_refuses_unknown_tasks_before_anything_loads(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
-def test_first_steps_draw_from_their_own_task_weights():
-    """A curriculum in one run: the first steps are all of the first weights' task, the rest are
-    the main weights' draw (the same as a run without first steps makes, from the rng's next state)."""
+def test_curriculum_phases_draw_from_their_own_task_weights():
+    """A curriculum in one run: each phase's steps are its own weights' draw, in order, and the
+    remaining steps the main weights' draw (each from the rng's next state)."""
     from cosmos3_gym.train_world_model import TrainArgs, task_schedule
 
     main_weights = "t2v=1,forward_dynamics=3"
-    args = TrainArgs(device="cpu", steps=400, first_steps=100, first_task_weights="t2i=1", task_weights=main_weights)
-    rng = np.random.default_rng(0)
-    schedule = task_schedule(args, rng)
-    assert schedule[:100] == ["t2i"] * 100
+    args = TrainArgs(device="cpu", steps=400, curriculum="100:inverse_dynamics=1,policy=1/50:t2i=1",
+                     task_weights=main_weights)
+    schedule = task_schedule(args, np.random.default_rng(0))
     reference = np.random.default_rng(0)
-    reference.choice(1, size=100, p=[1.0])  # the first steps' draw
-    drawn = reference.choice(2, size=300, p=[0.25, 0.75])
-    assert schedule[100:] == [("t2v", "forward_dynamics")[i] for i in drawn]
-    assert 0.65 < schedule[100:].count("forward_dynamics") / 300 < 0.85
+    first = reference.choice(2, size=100, p=[0.5, 0.5])
+    reference.choice(1, size=50, p=[1.0])
+    rest = reference.choice(2, size=250, p=[0.25, 0.75])
+    assert schedule[:100] == [("inverse_dynamics", "policy")[i] for i in first]
+    assert schedule[100:150] == ["t2i"] * 50
+    assert schedule[150:] == [("t2v", "forward_dynamics")[i] for i in rest]
+    assert 0.65 < schedule[150:].count("forward_dynamics") / 250 < 0.85
     plain = TrainArgs(device="cpu", steps=400, task_weights=main_weights)
     assert task_schedule(plain, np.random.default_rng(0)) == \
         [("t2v", "forward_dynamics")[i] for i in np.random.default_rng(0).choice(2, size=400, p=[0.25, 0.75])]
@@ -159,15 +161,15 @@ def test_flow_matching_loss_is_the_mean_error_over_generated_elements(actions_ge
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--first-steps", "100"], "first_steps=100 with first_task_weights='': give both"),
-    (["--first-task-weights", "t2v=1"], "first_steps=0 with first_task_weights='t2v=1': give both"),
-    (["--first-steps", "100", "--first-task-weights", "t2v=x"],
-     "first_task_weights='t2v=x': 't2v=x' is not task=weight"),
-    (["--steps", "50", "--first-steps", "100", "--first-task-weights", "t2v=1"],
-     "--first-steps 100 is more than --steps 50"),
-    (["--first-steps", "-1", "--first-task-weights", "t2v=1"], "--first-steps -1 is too small; use 0 or more"),
+    (["--curriculum", "100"], "curriculum='100': '100' is not steps:weights with steps >= 1"),
+    (["--curriculum", "t2v=1"], "curriculum='t2v=1': 't2v=1' is not steps:weights"),
+    (["--curriculum", "0:t2v=1"], "curriculum='0:t2v=1': '0:t2v=1' is not steps:weights with steps >= 1"),
+    (["--curriculum", "100:t2v=1/-5:t2i=1"], "'-5:t2i=1' is not steps:weights"),
+    (["--curriculum", "100:t2v=x"], "curriculum='t2v=x': 't2v=x' is not task=weight"),
+    (["--steps", "50", "--curriculum", "30:t2v=1/30:t2i=1"],
+     "--curriculum '30:t2v=1/30:t2i=1' has 60 steps, more than --steps 50"),
 ])
-def test_trainer_refuses_bad_first_steps_before_anything_loads(tmp_path, capsys, flags, message):
+def test_trainer_refuses_a_bad_curriculum_before_anything_loads(tmp_path, capsys, flags, message):
     from cosmos3_gym.train_world_model import main
 
     with pytest.raises(SystemExit) as exit_info:
