@@ -33,9 +33,16 @@ class VaeArgs:
     def __post_init__(self):
         for config in self.configs.split(","):
             parts = config.split(":")
-            if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+            if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit() and _is_float(parts[2])):
                 raise ValueError(f"--configs {self.configs!r}: {config!r} is not batch:steps:lr, e.g. 128:500:2e-3")
-            float(parts[2])
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def held_out_mse(vae, videos: torch.Tensor) -> float:
