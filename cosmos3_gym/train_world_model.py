@@ -151,12 +151,14 @@ def train_vae(vae, args: TrainArgs, log: list) -> None:
     vae.register_to_config(latents_mean=mean.tolist(), latents_std=std.tolist())
 
 
-def parse_task_weights(spec: str, argument: str = "task_weights") -> dict[str, float]:
+def parse_task_weights(spec: str, where: str = "") -> dict[str, float]:
+    """``"t2v=4,policy=2"`` as ``{"t2v": 4.0, "policy": 2.0}``; ``where`` names the argument in errors."""
     weights = {}
     for item in spec.split(","):
         name, _, value = item.partition("=")
         if name not in TASKS or not value.replace(".", "", 1).isdigit() or float(value) <= 0:
-            raise ValueError(f"{argument}={spec!r}: {item!r} is not task=weight with a task of {TASKS}")
+            raise ValueError(f"{where or f'task_weights={spec!r}'}: {item!r} is not task=weight with a weight > 0 "
+                             f"and a task of {TASKS}")
         weights[name] = float(value)
     return weights
 
@@ -169,7 +171,7 @@ def parse_curriculum(spec: str) -> list[tuple[int, str]]:
         if not steps.isdigit() or int(steps) < 1 or not weights:
             raise ValueError(f"curriculum={spec!r}: {phase!r} is not steps:weights with steps >= 1 "
                              "(e.g. 1500:t2v=4,forward_dynamics=6/600:t2v=1)")
-        parse_task_weights(weights, "curriculum")
+        parse_task_weights(weights, f"curriculum={spec!r}, phase {phase!r}")
         phases.append((int(steps), weights))
     return phases
 

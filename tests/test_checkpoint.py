@@ -165,7 +165,7 @@ def test_flow_matching_loss_is_the_mean_error_over_generated_elements(actions_ge
     (["--curriculum", "t2v=1"], "curriculum='t2v=1': 't2v=1' is not steps:weights"),
     (["--curriculum", "0:t2v=1"], "curriculum='0:t2v=1': '0:t2v=1' is not steps:weights with steps >= 1"),
     (["--curriculum", "100:t2v=1/-5:t2i=1"], "'-5:t2i=1' is not steps:weights"),
-    (["--curriculum", "100:t2v=x"], "curriculum='t2v=x': 't2v=x' is not task=weight"),
+    (["--curriculum", "100:t2v=x"], "curriculum='100:t2v=x', phase '100:t2v=x': 't2v=x' is not task=weight"),
     (["--steps", "50", "--curriculum", "30:t2v=1/30:t2i=1"],
      "--curriculum '30:t2v=1/30:t2i=1' has 60 steps, more than --steps 50"),
 ])
