@@ -15,8 +15,7 @@ classifier-free guidance). Each batch is one task of ``task_weights``, after the
 text-to-image on the world's scenes, and forward dynamics, inverse dynamics and policy on the
 action world (:func:`cosmos3_gym.world.push`), packed as ``CosmosActionCondition`` runs are
 (the clean frames encoded in the resolution tier's canvas, given elements at timestep 0, the
-loss over the generated elements only). The action clips are encoded once into pools; the text
-tasks' videos are new each step, or with ``--scene-pool N`` N videos encoded once. Writes the checkpoint, ``training.json`` (command,
+loss over the generated elements only). Writes the checkpoint, ``training.json`` (command,
 seeds, losses) and ``training_curve.png``.
 """
 
