@@ -21,7 +21,7 @@ import torch
 from cosmos3_gym.args import parse_args
 from cosmos3_gym.tiny_model import build_tiny_components
 from cosmos3_gym.train_world_model import (SceneBatches, TrainArgs, _load_weights, _pixels, flow_matching_loss,
-                                          task_batch, trainable_model)
+                                          trainable_model, training_batch)
 
 OPPOSITES = (("to the right", "to the left"), ("rises", "falls"), (" up", " down"))
 SIGMAS = (0.3, 0.5, 0.7, 0.85, 0.95)
@@ -48,14 +48,15 @@ def losses(checkpoint: Path, args: DirectionArgs) -> dict[str, list[float]]:
     components = build_tiny_components(0)
     _load_weights(components, checkpoint)
     model = trainable_model(components, "cpu")
-    frames, captions, _ = SceneBatches([args.data_seed], args.samples)[0]
+    frames, captions, image_captions = SceneBatches([args.data_seed], args.samples)[0]
     clean = model.pipeline._encode_video(_pixels(frames, "cpu"))  # in caption order
     noise = torch.randn(clean.shape, generator=torch.Generator().manual_seed(1))
     result = {}
     for name, prompts in (("true", captions), ("opposite", [opposite(c) for c in captions]),
                           ("empty", [""] * len(captions))):
-        rows, x0, generated = task_batch(model, "t2v", TrainArgs(device="cpu", batch=args.samples, uncond_prob=0.0),
-                                         prompts, clean, None, np.random.default_rng(0), {})
+        rows, x0, generated = training_batch(model, "t2v", TrainArgs(device="cpu", batch=args.samples,
+                                                                     uncond_prob=0.0),
+                                             (frames, prompts, image_captions), np.random.default_rng(0), {}, {})
         # the batch's rows are sorted by text length: each video keeps its own noise under every caption
         order = [next(i for i in range(len(clean)) if torch.equal(row, clean[i])) for row in x0["video"]]
         row_noise = {"video": noise[order]}

@@ -68,11 +68,10 @@ class TrainArgs:
     resolution_tier: int = 256
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
     action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
-    scene_pool: int = 0  # > 0: this many of the world's videos encoded once for the text tasks; 0: fresh ones each step
     data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
-        require_at_least(self, data_workers=0, scene_pool=0)
+        require_at_least(self, data_workers=0)
         parse_task_weights(self.task_weights)
         phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))
         if phased > self.steps:
@@ -216,81 +215,30 @@ class ActionPool:
         return cls(prompts, torch.cat(latents), torch.cat(commands).to(device))
 
 
-class FreshScenes:
-    """Text batches from new videos of the world every step, encoded in the step."""
-
-    def __init__(self, model: Cosmos3Model, batches):
-        self.model, self.batches = model, batches
-
-    @torch.no_grad()
-    def draw(self, task: str, rng: np.random.Generator, count: int) -> tuple[list[str], torch.Tensor]:
-        frames, captions, image_captions = next(self.batches)
-        if task == "t2i":
-            return image_captions, self.model.pipeline._encode_video(_pixels(frames[:, :1], self.model.device))
-        return captions, self.model.pipeline._encode_video(_pixels(frames, self.model.device))
-
-
-@dataclass
-class ScenePool:
-    """The world's videos with their video and image captions, encoded once: a text step then costs
-    what an action step does (with fresh videos the encode is a third of a text-to-video step on
-    the H200). The VAE is causal and deterministic here (the posterior's mode), so latent frame 0
-    is the first frame encoded alone: text-to-image draws from the same pool."""
-
-    captions: list[str]
-    image_captions: list[str]
-    latents: torch.Tensor  # [N, C, T, h, w]
-
-    @classmethod
-    @torch.no_grad()
-    def build(cls, model: Cosmos3Model, count: int, seed: int, workers: int, group: int = 256) -> "ScenePool":
-        from tqdm import tqdm
-
-        groups = math.ceil(count / group)
-        captions, image_captions, latents = [], [], []
-        for frames, video_captions, first_frame_captions in tqdm(
-                scene_batches([seed + i for i in range(groups)], group, workers), total=groups, desc="scene pool"):
-            keep = min(group, count - len(captions))
-            latents.append(model.pipeline._encode_video(_pixels(frames[:keep], model.device)))
-            captions += video_captions[:keep]
-            image_captions += first_frame_captions[:keep]
-        return cls(captions, image_captions, torch.cat(latents))
-
-    def draw(self, task: str, rng: np.random.Generator, count: int) -> tuple[list[str], torch.Tensor]:
-        index = rng.integers(0, len(self.captions), count)
-        video = self.latents[to_device(torch.from_numpy(index), self.latents.device)]
-        if task == "t2i":
-            return [self.image_captions[i] for i in index], video[:, :, :1]
-        return [self.captions[i] for i in index], video
-
-
-def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, rng: np.random.Generator, tokens: dict,
-                   pools: dict) -> tuple[list[RowSpec], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """One batch of ``task`` drawn from ``pools``: ``"scenes"`` (a :class:`ScenePool` or
-    :class:`FreshScenes`) for the text tasks, ``"expert"`` for the policy, ``"random"`` for dynamics."""
-    commands = None
-    if task in ("t2v", "t2i"):
-        prompts, video = pools["scenes"].draw(task, rng, args.batch)
-    else:
+@torch.no_grad()
+def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng: np.random.Generator,
+                   tokens: dict, pools: dict[str, ActionPool]
+                   ) -> tuple[list[RowSpec], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One batch of ``task``: its rows, the clean latents ``x0`` per stream and, per stream, the
+    mask of the elements the model generates (the loss's elements; the rest stays at ``x0``).
+    Text tasks take their videos from ``scenes`` (an item of :class:`SceneBatches`), action tasks
+    draw from ``pools`` (``"expert"`` for the policy, ``"random"`` for dynamics)."""
+    chunk = NUM_FRAMES - 1
+    action = task in ("forward_dynamics", "inverse_dynamics", "policy")
+    if action:
         pool = pools["expert" if task == "policy" else "random"]
         index = rng.integers(0, len(pool.prompts), args.batch)
         on_device = to_device(torch.from_numpy(index), pool.latents.device)
         video, commands = pool.latents[on_device], pool.commands[on_device]
         prompts = [pool.prompts[i] for i in index]
-    return task_batch(model, task, args, prompts, video, commands, rng, tokens)
-
-
-@torch.no_grad()
-def task_batch(model: Cosmos3Model, task: str, args: TrainArgs, prompts: list[str], video: torch.Tensor,
-               commands: torch.Tensor | None, rng: np.random.Generator, tokens: dict
-               ) -> tuple[list[RowSpec], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """The batch of ``task`` for these prompts and clean latents ``video`` (and, for the action tasks,
-    ``commands``): its rows, the clean latents ``x0`` per stream and, per stream, the mask of the
-    elements the model generates (the loss's elements; the rest stays at ``x0``). ``tokens``
-    caches each prompt's tokens."""
-    chunk = NUM_FRAMES - 1
-    action = commands is not None
-    num_frames = 1 if task == "t2i" else NUM_FRAMES
+        num_frames = NUM_FRAMES
+    else:
+        frames, captions, image_captions = scenes
+        if task == "t2i":
+            frames = frames[:, :1]
+        prompts = image_captions if task == "t2i" else captions
+        num_frames = frames.shape[1]
+        video = model.pipeline._encode_video(_pixels(frames, args.device))
     given_latents = 0
     if action:  # the clean latent frames: the first (policy, forward dynamics) or all (inverse dynamics)
         given = num_frames if task == "inverse_dynamics" else 1
@@ -321,7 +269,7 @@ def task_batch(model: Cosmos3Model, task: str, args: TrainArgs, prompts: list[st
     x0 = {"video": video}
     generated = {"video": generated_frames.view(1, 1, -1, 1, 1).expand_as(video)}
     if action:
-        padded = torch.zeros((len(rows), chunk, model.transformer.config.action_dim), device=args.device)
+        padded = torch.zeros((args.batch, chunk, model.transformer.config.action_dim), device=args.device)
         padded[:, :, :raw_dim] = commands[order]
         x0["action"] = padded
         mask = torch.zeros_like(padded, dtype=torch.bool)
@@ -373,15 +321,12 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
         pools["expert"] = ActionPool.build(model, args.action_pool // 2, True,
                                            args.data_seed * 1_000_003 + 4 * 10**6, args.resolution_tier, args.device)
     text_steps = [step for step, task in enumerate(schedule) if task in ("t2v", "t2i")]
-    text_seed = args.data_seed * 1_000_003 + 2 * 10**6
-    if args.scene_pool and text_steps:
-        pools["scenes"] = ScenePool.build(model, args.scene_pool, text_seed, args.data_workers)
-    else:
-        pools["scenes"] = FreshScenes(model, scene_batches([text_seed + step for step in text_steps], args.batch,
-                                                           args.data_workers))
+    batches = scene_batches([args.data_seed * 1_000_003 + 2 * 10**6 + step for step in text_steps], args.batch,
+                            args.data_workers)
     started = time.time()
     for step, task in enumerate(tqdm(schedule, desc="transformer")):
-        rows, x0, generated = training_batch(model, task, args, rng, tokens, pools)
+        scenes = next(batches) if task in ("t2v", "t2i") else None
+        rows, x0, generated = training_batch(model, task, args, scenes, rng, tokens, pools)
         # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training;
         # drawn on the host (see flow_matching_loss)
         sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float())

@@ -211,48 +211,6 @@ def test_action_pool_holds_the_conditions_the_envs_encode():
         torch.testing.assert_close(pool.latents[i][:, 0], policy[:, 0], rtol=0, atol=1e-5)
 
 
-
-def test_scene_pool_holds_the_worlds_videos_and_their_first_frames():
-    """The pool's latents are each video encoded alone (up to a batched encode's rounding), its
-    captions the world's, in order across groups; latent frame 0 is the first frame encoded alone,
-    which text-to-image draws with the image caption."""
-    from cosmos3_gym.train_world_model import NUM_FRAMES, SIZE, ScenePool, _pixels
-    from cosmos3_gym.world import dataset
-
-    model = Cosmos3Model.from_pretrained(TINY_CHECKPOINT, device="cpu")
-    pool = ScenePool.build(model, 5, seed=40, workers=0, group=2)
-    videos, scenes = [], []
-    for seed in (40, 41, 42):
-        frames, group = dataset(seed, 2, NUM_FRAMES, SIZE)
-        videos += list(frames)
-        scenes += group
-    videos, scenes = videos[:5], scenes[:5]
-    assert pool.captions == [s.caption for s in scenes] and pool.image_captions == [s.image_caption for s in scenes]
-    assert pool.latents.shape[0] == 5
-    for i, video in enumerate(videos):
-        alone = model.pipeline._encode_video(_pixels(video[None], "cpu"))[0]
-        torch.testing.assert_close(pool.latents[i], alone, rtol=0, atol=1e-5)
-        first = model.pipeline._encode_video(_pixels(video[None, :1], "cpu"))[0]
-        torch.testing.assert_close(pool.latents[i][:, :1], first, rtol=0, atol=1e-5)
-    prompts, latents = pool.draw("t2i", np.random.default_rng(3), 4)
-    index = np.random.default_rng(3).integers(0, 5, 4)
-    assert prompts == [pool.image_captions[i] for i in index]
-    assert torch.equal(latents, pool.latents[torch.from_numpy(index)][:, :, :1])
-    prompts, latents = pool.draw("t2v", np.random.default_rng(3), 4)
-    assert prompts == [pool.captions[i] for i in index] and torch.equal(latents, pool.latents[torch.from_numpy(index)])
-
-
-def test_trainer_trains_the_text_tasks_from_a_scene_pool(tmp_path):
-    from cosmos3_gym.train_world_model import main
-
-    main(["--device", "cpu", "--init-from", str(TINY_CHECKPOINT), "--vae-steps", "0", "--steps", "4", "--batch", "2",
-          "--log-every", "1", "--scene-pool", "3", "--task-weights", "t2v=1,t2i=1", "--out", str(tmp_path)])
-    record = json.loads((tmp_path / "training.json").read_text())
-    assert {r["task"] for r in record["log"]} == {"t2v", "t2i"} and all(np.isfinite(r["loss"]) for r in record["log"])
-    before = load_file(TINY_CHECKPOINT / "transformer" / "diffusion_pytorch_model.safetensors")
-    after = load_file(tmp_path / "transformer" / "diffusion_pytorch_model.safetensors")
-    assert not torch.equal(before["proj_out.weight"], after["proj_out.weight"])
-
 # --- the loader reads no pickle and instantiates only allow-listed classes ----------------------------------
 
 class _Planted:

@@ -83,7 +83,7 @@ def test_an_action_batch_reaches_the_transformer_without_waiting_for_the_device(
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        rows, x0, generated = training_batch(model, "forward_dynamics", args, rng, {}, pools)
+        rows, x0, generated = training_batch(model, "forward_dynamics", args, None, rng, {}, pools)
         packed = model.pack(rows)
         kwargs = packed.transformer_kwargs({"video": [x.unsqueeze(0) for x in x0["video"]],
                                             "action": list(x0["action"])}, timesteps, torch.float32)
