@@ -63,7 +63,8 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
 
     Forward dynamics: the median distance (pixels) between the object detected in each imagined
     frame and its true centre under the same commands, and the fraction of imagined frames whose
-    object keeps the task's colour (the position alone cannot see an object that changes colour).
+    object keeps the task's colour (the position alone cannot see an object that changes colour),
+    with the colours seen instead (a world model that maps each colour to another one shows here).
     Inverse dynamics: the mean cosine between the inferred and the true command chunk. Policy:
     the fraction of tasks whose generated chunk, executed in the true world, ends with the object
     in its goal (and the same for the noisy expert that the training data came from, and for
@@ -77,7 +78,7 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     tasks, frames, commands = action_chunks(np.random.default_rng(seed), samples, chunk, expert=mode == "policy",
                                             size=size)
     actions = np.tile(venv.default_action, (batch, 1))
-    values, kept = [], []
+    values, kept, confusions = [], [], Counter()
     for start in tqdm(range(0, samples, batch), desc=f"evaluating {mode}"):
         idx = [min(start + j, samples - 1) for j in range(batch)]
         options = {"prompt": [tasks[i].prompt for i in idx]}
@@ -100,6 +101,8 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
                     values.append(float(np.hypot(*(np.array(found.position) * size - truth[k])))
                                   if found.color is not None else float(size))
                     kept.append(found.color == task.color)
+                    if found.color != task.color:
+                        confusions[(task.color, found.color)] += 1
             elif mode == "inverse_dynamics":
                 a, b = info["actions"][j].ravel(), commands[i].ravel()
                 values.append(_cosine(a, b))
@@ -110,6 +113,7 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     if mode == "forward_dynamics":
         result["median_position_error_px"] = float(np.median(values))
         result["color_kept"] = float(np.mean(kept))
+        result["confusions"] = confusions
     elif mode == "inverse_dynamics":
         result["mean_action_cosine"] = float(np.mean(values))
         # a reference: the commands read off each frame's true motion (over MAX_SPEED; nothing while
@@ -132,9 +136,13 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
 
 def report(result: dict) -> str:
     if "mode" in result:  # an action rollout
-        metrics = {k: v for k, v in result.items() if k not in ("env_id", "mode", "samples", "seed", "overrides")}
-        return "\n".join([f"env {result['env_id']} {result['overrides'] or ''}, {result['samples']} tasks of the action "
-                          f"world (seed {result['seed']})"] + [f"{k}: {v:.3f}" for k, v in metrics.items()])
+        metrics = {k: v for k, v in result.items()
+                   if k not in ("env_id", "mode", "samples", "seed", "overrides", "confusions")}
+        lines = [f"env {result['env_id']} {result['overrides'] or ''}, {result['samples']} tasks of the action "
+                 f"world (seed {result['seed']})"] + [f"{k}: {v:.3f}" for k, v in metrics.items()]
+        if "confusions" in result:
+            lines.append("colour confusions (task, seen) over imagined frames: " + _confusions(result["confusions"]))
+        return "\n".join(lines)
     lines = [f"env {result['env_id']} {result['overrides'] or ''}, {result['samples']} samples, "
              f"captions from cosmos3_gym.world.dataset(seed={result['seed']})"
              + ("" if result.get("num_frames", 2) > 1 else " (image captions: no motion)"),
@@ -142,6 +150,9 @@ def report(result: dict) -> str:
              f"direction_accuracy: {result['direction_accuracy']:.1%}   (target >= 70 %, chance 25 %)"
              if result.get("num_frames", 2) > 1 else "direction_accuracy: - (one frame: no motion to read)",
              f"mean reward (the preset's): {result['mean_reward']:.3f}",
-             "colour confusions (asked, seen): " + (", ".join(f"{k}: {v}" for k, v in
-                                                              result["confusions"].most_common()) or "none")]
+             "colour confusions (asked, seen): " + _confusions(result["confusions"])]
     return "\n".join(lines)
+
+
+def _confusions(counts: Counter) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in counts.most_common()) or "none"

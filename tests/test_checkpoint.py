@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from cosmos3_gym.model import Cosmos3Model
 from cosmos3_gym.tiny_model import TINY_CHECKPOINT, build_tiny_checkpoint
+from cosmos3_gym.world import COLORS
 
 
 def test_shipped_checkpoint_is_the_builders_model_trained(tmp_path):
@@ -325,15 +326,20 @@ def test_step_time_benchmark_refuses_bad_flags_before_anything_loads(flags, mess
     assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
+def _benchmark_script(name: str, monkeypatch):
+    """The module of ``benchmarks/<name>.py`` (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_direction_words_finds_the_shipped_weights_reading_the_motion_words(monkeypatch):
     """benchmarks/direction_words.py on the shipped weights: the opposite direction's caption predicts
     the world's videos worse than the true caption at every noise level, and at sigma 0.7 by far
     (1.7x here; weights that ignore the words, as a 20-minute run's did, score the two within 2 %)."""
-    script = Path(__file__).parents[1] / "benchmarks" / "direction_words.py"
-    spec = importlib.util.spec_from_file_location("direction_words", script)
-    direction_words = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "direction_words", direction_words)  # its dataclass looks itself up there
-    spec.loader.exec_module(direction_words)
+    direction_words = _benchmark_script("direction_words", monkeypatch)
 
     assert direction_words.opposite("a red ball moves to the right") == "a red ball moves to the left"
     assert direction_words.opposite("a blue square falls") == "a blue square rises"
@@ -343,3 +349,20 @@ def test_direction_words_finds_the_shipped_weights_reading_the_motion_words(monk
     assert all(true < opposite for true, opposite in zip(losses["true"], losses["opposite"])), losses
     at = direction_words.SIGMAS.index(0.7)
     assert losses["opposite"][at] > 1.3 * losses["true"][at], losses
+
+
+def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeypatch):
+    """benchmarks/colour_source.py on the shipped weights: forward dynamics keeps the given frame's
+    colour under the true, a swapped and the empty prompt (a run whose forward dynamics mapped each
+    colour to another kept it in 6 of 32 chunks under each). The swap names another colour; a batch
+    of 5 leaves a partial last batch."""
+    colour_source = _benchmark_script("colour_source", monkeypatch)
+    names = list(COLORS)
+    assert sorted(colour_source.next_colour(name) for name in names) == sorted(names)
+    assert all(colour_source.next_colour(name) != name for name in names)
+    with pytest.raises(ValueError, match="--samples 0 is too small"):
+        colour_source.ColourArgs(samples=0)
+    args = colour_source.ColourArgs(samples=8, batch=5)
+    counts = colour_source.colour_sources(Cosmos3Model.embedded(device="cpu"), args)
+    assert all(sum(counts[name].values()) == 8 for name in colour_source.PROMPTS), counts
+    assert all(counts[name]["frame"] >= 7 for name in colour_source.PROMPTS), counts

@@ -1,6 +1,7 @@
 """``cosmos3_gym.evaluate.action_accuracy`` on forward dynamics, scored against a stand-in world
 model whose imagined frames are known: the true world's own frames, some of them recoloured."""
 
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
@@ -48,8 +49,8 @@ def true_world_as_model(monkeypatch):
 def test_forward_dynamics_scores_position_and_colour_against_the_true_world(true_world_as_model):
     """Frames drawn by the true world itself are within the detector's sub-pixel error of the true
     centres and keep every colour; recolouring the object of 3 of the 12 tasks moves no centre
-    but keeps the colour in exactly 9 / 12 of the imagined frames. A batch of 5 leaves a partial
-    last batch."""
+    but keeps the colour in exactly 9 / 12 of the imagined frames, and names the colour each of the
+    3 was imagined in for each of its 8 frames. A batch of 5 leaves a partial last batch."""
     scores = {}
     for recolour in (0, 3):
         true_world_as_model(recolour)
@@ -57,3 +58,10 @@ def test_forward_dynamics_scores_position_and_colour_against_the_true_world(true
                                                     batch=5)
     assert scores[0]["color_kept"] == 1.0 and scores[3]["color_kept"] == 9 / 12
     assert scores[0]["median_position_error_px"] == scores[3]["median_position_error_px"] < 1.0
+    tasks = action_chunks(np.random.default_rng(SEED), SAMPLES, CHUNK)[0]
+    recoloured = Counter((t.color, next(name for name in COLORS if name != t.color)) for t in tasks[:3])
+    assert scores[0]["confusions"] == Counter()
+    assert scores[3]["confusions"] == Counter({pair: CHUNK * n for pair, n in recoloured.items()})
+    assert "colour confusions (task, seen) over imagined frames: none" in evaluate.report(scores[0])
+    pair, count = scores[3]["confusions"].most_common(1)[0]
+    assert f"{pair}: {count}" in evaluate.report(scores[3])

@@ -1,0 +1,87 @@
+"""Where a checkpoint's forward dynamics takes the object's colour from: the given frame or the prompt.
+
+    python benchmarks/colour_source.py --checkpoints cosmos3_gym/assets/cosmos3-tiny,/tmp/ckpt
+
+Forward dynamics is given the first frame, the commands and a prompt that names the object
+("move the big red ball to the top left"). Each task is generated under three prompts: the true
+one, the same with the colour replaced by the next colour of the world, and the empty prompt (the
+deterministic sampler, so the three differ only in the prompt). Each imagined chunk's colour (the
+most frequent over its 8 frames, read with the world's detector) is counted as the frame's, the
+swapped prompt's or another. A model that copies the frame scores "frame" under every prompt; one
+that follows the words moves to "prompt" when they are swapped; one that maps each colour to
+another shows the same "other" counts under every prompt.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from cosmos3_gym.args import parse_args, require_at_least
+from cosmos3_gym.model import Cosmos3Model
+from cosmos3_gym.vector_env import Cosmos3RolloutVectorEnv
+from cosmos3_gym.world import COLORS, action_chunks, detect
+
+PROMPTS = ("true", "swapped", "empty")
+
+
+@dataclass
+class ColourArgs:
+    checkpoints: str = "cosmos3_gym/assets/cosmos3-tiny"  # comma-separated checkpoint folders
+    samples: int = 32
+    batch: int = 16
+    seed: int = 2024  # the action world's tasks (cosmos3-gym evaluate's seed)
+
+    def __post_init__(self):
+        require_at_least(self, samples=1, batch=1)
+
+
+def next_colour(colour: str) -> str:
+    names = list(COLORS)
+    return names[(names.index(colour) + 1) % len(names)]
+
+
+def colour_sources(model: Cosmos3Model, args: ColourArgs) -> dict[str, Counter]:
+    """Per prompt of :data:`PROMPTS`: how many chunks came out in the frame's colour, the swapped
+    prompt's colour (counted under every prompt, so the three are comparable) or another one."""
+    venv = Cosmos3RolloutVectorEnv(args.batch, "Cosmos3ForwardDynamicsRollout-v0", model=model,
+                                   noise_level=0.0, guidance_scale=1.0)
+    tasks, frames, commands = action_chunks(np.random.default_rng(args.seed), args.samples, venv.preset.num_frames - 1)
+    prompts = {"true": [t.prompt for t in tasks],
+               "swapped": [t.prompt.replace(f" {t.color} ", f" {next_colour(t.color)} ") for t in tasks],
+               "empty": [""] * len(tasks)}
+    result = {}
+    for name in PROMPTS:
+        counts = Counter()
+        for start in range(0, args.samples, args.batch):
+            idx = [min(start + j, args.samples - 1) for j in range(args.batch)]  # a partial batch repeats the last
+            venv.reset(seed=args.seed + start, options={"prompt": [prompts[name][i] for i in idx],
+                                                        "image": frames[idx, 0], "actions": commands[idx]})
+            terminated = np.zeros(args.batch, dtype=bool)
+            while not terminated.all():
+                _, _, terminated, _, info = venv.step(np.tile(venv.default_action, (args.batch, 1)))
+            for j, i in enumerate(idx[: args.samples - start]):
+                seen = Counter(detect(frame[None]).color for frame in info["frames"][j][1:]).most_common(1)[0][0]
+                counts["frame" if seen == tasks[i].color else "prompt" if seen == next_colour(tasks[i].color)
+                       else "other"] += 1
+        result[name] = counts
+    return result
+
+
+def main(argv=None) -> int:
+    args = parse_args(ColourArgs, argv, __doc__)
+    print(f"# forward dynamics, {args.samples} tasks of the action world (seed {args.seed}), deterministic sampler: "
+          "chunks in the frame's colour / the swapped prompt's colour / another colour")
+    for checkpoint in args.checkpoints.split(","):
+        counts = colour_sources(Cosmos3Model.from_pretrained(checkpoint, device="cpu"), args)
+        print(checkpoint)
+        for name in PROMPTS:
+            print(f"  {name:8s} prompt: " + " / ".join(f"{counts[name][k]}" for k in ("frame", "prompt", "other")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
