@@ -10,6 +10,10 @@ most frequent over its 8 frames, read with the world's detector) is counted as t
 swapped prompt's or another. A model that copies the frame scores "frame" under every prompt; one
 that follows the words moves to "prompt" when they are swapped; one that maps each colour to
 another shows the same "other" counts under every prompt.
+
+Copying is itself learned: the VAE is causal, so latent frame 0 encodes the given frame alone and
+each later latent frame four frames. The script also prints how far apart the codes of one
+picture are when it is held still for a whole clip (latent frame 0 against 1, and 1 against 2).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from cosmos3_gym.args import parse_args, require_at_least
 from cosmos3_gym.model import Cosmos3Model
@@ -71,13 +76,30 @@ def colour_sources(model: Cosmos3Model, args: ColourArgs) -> dict[str, Counter]:
     return result
 
 
+@torch.no_grad()
+def still_clip_codes(model: Cosmos3Model, args: ColourArgs) -> tuple[float, float]:
+    """Relative distances between the latent frames of the tasks' first frames each held for a
+    whole clip, encoded as forward dynamics encodes its clips: frame 0 against 1, 1 against 2."""
+    preset = Cosmos3RolloutVectorEnv(1, "Cosmos3ForwardDynamicsRollout-v0", model=model).preset
+    frames = action_chunks(np.random.default_rng(args.seed), args.samples, preset.num_frames - 1)[1]
+    still = np.repeat(frames[:, :1], preset.num_frames, axis=1)
+    codes = model.encode_action_clips(still, preset.resolution_tier, preset.num_frames)  # [N, C, T, h, w]
+
+    def distance(a: int, b: int) -> float:
+        return float((codes[:, :, a] - codes[:, :, b]).norm() / codes[:, :, b].norm())
+
+    return distance(0, 1), distance(1, 2)
+
+
 def main(argv=None) -> int:
     args = parse_args(ColourArgs, argv, __doc__)
     print(f"# forward dynamics, {args.samples} tasks of the action world (seed {args.seed}), deterministic sampler: "
           "chunks in the frame's colour / the swapped prompt's colour / another colour")
     for checkpoint in args.checkpoints.split(","):
-        counts = colour_sources(Cosmos3Model.from_pretrained(checkpoint, device="cpu"), args)
-        print(checkpoint)
+        model = Cosmos3Model.from_pretrained(checkpoint, device="cpu")
+        counts = colour_sources(model, args)
+        print(checkpoint + "\n  a still clip's latent frames, relative distance: 0 to 1 %.3f, 1 to 2 %.3f"
+              % still_clip_codes(model, args))
         for name in PROMPTS:
             print(f"  {name:8s} prompt: " + " / ".join(f"{counts[name][k]}" for k in ("frame", "prompt", "other")))
     return 0

@@ -354,8 +354,9 @@ def test_direction_words_finds_the_shipped_weights_reading_the_motion_words(monk
 def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeypatch):
     """benchmarks/colour_source.py on the shipped weights: forward dynamics keeps the given frame's
     colour under the true, a swapped and the empty prompt (a run whose forward dynamics mapped each
-    colour to another kept it in 6 of 32 chunks under each). The swap names another colour; a batch
-    of 5 leaves a partial last batch."""
+    colour to another kept it in 6 of 32 chunks under each), though the given frame's latent code is
+    not the later frames' code of the same picture (1.6 times the code apart, against 0.4 between two
+    later frames). The swap names another colour; a batch of 5 leaves a partial last batch."""
     colour_source = _benchmark_script("colour_source", monkeypatch)
     names = list(COLORS)
     assert sorted(colour_source.next_colour(name) for name in names) == sorted(names)
@@ -366,3 +367,6 @@ def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeyp
     counts = colour_source.colour_sources(Cosmos3Model.embedded(device="cpu"), args)
     assert all(sum(counts[name].values()) == 8 for name in colour_source.PROMPTS), counts
     assert all(counts[name]["frame"] >= 7 for name in colour_source.PROMPTS), counts
+    # the copy is a translation: one still picture has two codes, frame 0 (alone) and 1 (four frames)
+    frame_0_to_1, frame_1_to_2 = colour_source.still_clip_codes(Cosmos3Model.embedded(device="cpu"), args)
+    assert frame_0_to_1 > 1.0 and frame_0_to_1 > 2 * frame_1_to_2, (frame_0_to_1, frame_1_to_2)
