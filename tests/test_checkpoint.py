@@ -363,10 +363,10 @@ def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeyp
     assert all(colour_source.next_colour(name) != name for name in names)
     with pytest.raises(ValueError, match="--samples 0 is too small"):
         colour_source.ColourArgs(samples=0)
-    args = colour_source.ColourArgs(samples=8, batch=5)
-    counts = colour_source.colour_sources(Cosmos3Model.embedded(device="cpu"), args)
+    args, model = colour_source.ColourArgs(samples=8, batch=5), Cosmos3Model.embedded(device="cpu")
+    counts = colour_source.colour_sources(model, args)
     assert all(sum(counts[name].values()) == 8 for name in colour_source.PROMPTS), counts
     assert all(counts[name]["frame"] >= 7 for name in colour_source.PROMPTS), counts
     # the copy is a translation: one still picture has two codes, frame 0 (alone) and 1 (four frames)
-    frame_0_to_1, frame_1_to_2 = colour_source.still_clip_codes(Cosmos3Model.embedded(device="cpu"), args)
+    frame_0_to_1, frame_1_to_2 = colour_source.still_clip_codes(model, args)
     assert frame_0_to_1 > 1.0 and frame_0_to_1 > 2 * frame_1_to_2, (frame_0_to_1, frame_1_to_2)
