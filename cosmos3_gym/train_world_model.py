@@ -16,11 +16,13 @@ text-to-image on the world's scenes, and forward dynamics, inverse dynamics and 
 action world (:func:`cosmos3_gym.world.push`), packed as ``CosmosActionCondition`` runs are
 (the clean frames encoded in the resolution tier's canvas, given elements at timestep 0, the
 loss over the generated elements only). Writes the checkpoint, ``training.json`` (command,
-seeds, losses) and ``training_curve.png``.
+seeds, losses) and ``training_curve.png``, and with ``--checkpoint-steps`` the weights after
+those transformer steps in ``checkpoint-<step>/`` beside them (to see when a skill came or went).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -69,10 +71,14 @@ class TrainArgs:
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
     action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
     data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
+    # e.g. 2000,2700: also save the weights after these transformer steps, in <out>/checkpoint-<step>
+    # (steps the time budget does not reach are not saved)
+    checkpoint_steps: str = ""
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0)
         parse_task_weights(self.task_weights)
+        parse_checkpoint_steps(self.checkpoint_steps, self.steps)
         phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))
         if phased > self.steps:
             raise ValueError(f"--curriculum {self.curriculum!r} has {phased} steps, more than --steps {self.steps}; "
@@ -174,6 +180,17 @@ def parse_curriculum(spec: str) -> list[tuple[int, str]]:
         parse_task_weights(weights, f"curriculum={spec!r}, phase {phase!r}")
         phases.append((int(steps), weights))
     return phases
+
+
+def parse_checkpoint_steps(spec: str, steps: int) -> set[int]:
+    """``"2000,2700"`` as ``{2000, 2700}``, each a step count of the run (1 to ``steps``)."""
+    counts = set()
+    for item in spec.split(",") if spec else []:
+        if not item.strip().isdigit() or not 1 <= int(item) <= steps:
+            raise ValueError(f"--checkpoint-steps {spec!r}: {item!r} is not a step count from 1 to --steps {steps} "
+                             "(e.g. 2000,2700: the weights after 2000 and after 2700 transformer steps)")
+        counts.add(int(item))
+    return counts
 
 
 def task_schedule(args: TrainArgs, rng: np.random.Generator) -> list[str]:
@@ -304,7 +321,8 @@ def flow_matching_loss(model: Cosmos3Model, rows: list[RowSpec], x0: dict[str, t
     return loss
 
 
-def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline: float) -> None:
+def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline: float, save=None) -> None:
+    """The transformer stage; ``save(step_count)`` runs after each step count of ``--checkpoint-steps``."""
     from tqdm import tqdm
 
     transformer = model.transformer
@@ -323,6 +341,7 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     text_steps = [step for step, task in enumerate(schedule) if task in ("t2v", "t2i")]
     batches = scene_batches([args.data_seed * 1_000_003 + 2 * 10**6 + step for step in text_steps], args.batch,
                             args.data_workers)
+    checkpoint_steps = parse_checkpoint_steps(args.checkpoint_steps, args.steps)
     started = time.time()
     for step, task in enumerate(tqdm(schedule, desc="transformer")):
         scenes = next(batches) if task in ("t2v", "t2i") else None
@@ -339,6 +358,8 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
             log.append({"stage": "transformer", "step": step, "task": task, "loss": loss.item()})
+        if step + 1 in checkpoint_steps:
+            save(step + 1)
         if out_of_time:
             break
     transformer.eval().requires_grad_(False)
@@ -394,8 +415,13 @@ def main(argv=None) -> int:
         train_vae(components["vae"], args, log)
     model = trainable_model(components, args.device)
     deadline = start + 60 * args.max_minutes if args.max_minutes > 0 else float("inf")
-    train_transformer(model, args, log, deadline)
     out = Path(args.out)
+
+    def save(step_count: int) -> None:  # CPU copies: the run goes on with its weights where they are
+        copies = {name: copy.deepcopy(components[name]).to("cpu") for name in ("transformer", "vae")}
+        save_checkpoint(out / f"checkpoint-{step_count}", {**components, **copies})
+
+    train_transformer(model, args, log, deadline, save)
     for name in ("transformer", "vae"):
         components[name].to("cpu")
     save_checkpoint(out, components)

@@ -68,6 +68,28 @@ def test_trainer_runs_and_its_output_loads(tmp_path):
     assert generator.vae.config.latents_mean != [0.0] * 4
 
 
+def test_trainer_saves_the_weights_after_the_checkpoint_steps(tmp_path):
+    """--checkpoint-steps 1,3 of a 3-step run: checkpoint-3 holds the run's final weights bit for bit
+    (written from copies mid-run, the final ones at the end), checkpoint-1 weights that are neither
+    the initial nor the final ones, and both load as checkpoints."""
+    from cosmos3_gym.train_world_model import main
+
+    main(["--device", "cpu", "--init-from", str(TINY_CHECKPOINT), "--vae-steps", "0", "--steps", "3", "--batch",
+          "2", "--data-workers", "0", "--checkpoint-steps", "1,3", "--out", str(tmp_path)])
+
+    def weights(folder, component="transformer"):
+        return load_file(folder / component / "diffusion_pytorch_model.safetensors")
+
+    final, first, last = weights(tmp_path), weights(tmp_path / "checkpoint-1"), weights(tmp_path / "checkpoint-3")
+    assert final.keys() == first.keys() == last.keys() and all(torch.equal(last[k], final[k]) for k in final)
+    for other in (weights(TINY_CHECKPOINT), final):
+        assert not torch.equal(first["proj_out.weight"], other["proj_out.weight"])
+    vae = weights(tmp_path, "vae")
+    assert all(torch.equal(weights(tmp_path / "checkpoint-1", "vae")[k], vae[k]) for k in vae)
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-3"]
+    assert Cosmos3Model.from_pretrained(tmp_path / "checkpoint-1", device="cpu").transformer.config.action_dim > 0
+
+
 def test_trainer_continues_a_checkpoint_on_every_task(tmp_path):
     """Each task's batch packs as the env does and trains: the action heads and T2V weights move."""
     from cosmos3_gym.train_world_model import main
@@ -169,8 +191,12 @@ def test_flow_matching_loss_is_the_mean_error_over_generated_elements(actions_ge
     (["--curriculum", "100:t2v=x"], "curriculum='100:t2v=x', phase '100:t2v=x': 't2v=x' is not task=weight"),
     (["--steps", "50", "--curriculum", "30:t2v=1/30:t2i=1"],
      "--curriculum '30:t2v=1/30:t2i=1' has 60 steps, more than --steps 50"),
+    (["--steps", "50", "--checkpoint-steps", "20,60"],
+     "--checkpoint-steps '20,60': '60' is not a step count from 1 to --steps 50"),
+    (["--checkpoint-steps", "0"], "--checkpoint-steps '0': '0' is not a step count from 1"),
+    (["--checkpoint-steps", "2000;2700"], "'2000;2700' is not a step count"),
 ])
-def test_trainer_refuses_a_bad_curriculum_before_anything_loads(tmp_path, capsys, flags, message):
+def test_trainer_refuses_a_bad_schedule_before_anything_loads(tmp_path, capsys, flags, message):
     from cosmos3_gym.train_world_model import main
 
     with pytest.raises(SystemExit) as exit_info:
