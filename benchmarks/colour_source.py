@@ -26,7 +26,9 @@ import numpy as np
 import torch
 
 from cosmos3_gym.args import parse_args, require_at_least
+from cosmos3_gym.evaluate import generations
 from cosmos3_gym.model import Cosmos3Model
+from cosmos3_gym.presets import load_preset
 from cosmos3_gym.vector_env import Cosmos3RolloutVectorEnv
 from cosmos3_gym.world import COLORS, action_chunks, detect
 
@@ -61,14 +63,12 @@ def colour_sources(model: Cosmos3Model, args: ColourArgs) -> dict[str, Counter]:
     result = {}
     for name in PROMPTS:
         counts = Counter()
-        for start in range(0, args.samples, args.batch):
-            idx = [min(start + j, args.samples - 1) for j in range(args.batch)]  # a partial batch repeats the last
-            venv.reset(seed=args.seed + start, options={"prompt": [prompts[name][i] for i in idx],
-                                                        "image": frames[idx, 0], "actions": commands[idx]})
-            terminated = np.zeros(args.batch, dtype=bool)
-            while not terminated.all():
-                _, _, terminated, _, info = venv.step(np.tile(venv.default_action, (args.batch, 1)))
-            for j, i in enumerate(idx[: args.samples - start]):
+
+        def options(idx: list[int], texts: list[str] = prompts[name]) -> dict:
+            return {"prompt": [texts[i] for i in idx], "image": frames[idx, 0], "actions": commands[idx]}
+
+        for idx, info, _ in generations(venv, args.samples, args.seed, options, f"{name} prompt"):
+            for j, i in enumerate(idx):
                 seen = Counter(detect(frame[None]).color for frame in info["frames"][j][1:]).most_common(1)[0][0]
                 counts["frame" if seen == tasks[i].color else "prompt" if seen == next_colour(tasks[i].color)
                        else "other"] += 1
@@ -80,7 +80,7 @@ def colour_sources(model: Cosmos3Model, args: ColourArgs) -> dict[str, Counter]:
 def still_clip_codes(model: Cosmos3Model, args: ColourArgs) -> tuple[float, float]:
     """Relative distances between the latent frames of the tasks' first frames each held for a
     whole clip, encoded as forward dynamics encodes its clips: frame 0 against 1, 1 against 2."""
-    preset = Cosmos3RolloutVectorEnv(1, "Cosmos3ForwardDynamicsRollout-v0", model=model).preset
+    preset = load_preset("Cosmos3ForwardDynamicsRollout-v0")
     frames = action_chunks(np.random.default_rng(args.seed), args.samples, preset.num_frames - 1)[1]
     still = np.repeat(frames[:, :1], preset.num_frames, axis=1)
     codes = model.encode_action_clips(still, preset.resolution_tier, preset.num_frames)  # [N, C, T, h, w]

@@ -22,25 +22,19 @@ from .world import MAX_SPEED, SUCCESS_RADIUS, action_chunks, dataset, detect, go
 def adherence(env_id: str = "Cosmos3Rollout-v0", samples: int = 128, seed: int = 2024, batch: int = 32,
               **overrides) -> dict:
     """Generate ``samples`` videos for world captions; return accuracies and per-sample rows."""
-    from tqdm import tqdm
-
     _, scenes = dataset(seed, samples)
     venv = Cosmos3RolloutVectorEnv(batch, env_id, **overrides)
-    actions = np.tile(venv.default_action, (batch, 1))
     rows = []
     still = venv.preset.num_frames == 1  # one frame: the caption without the motion
 
     def caption(scene):
         return scene.image_caption if still else scene.caption
 
-    for start in tqdm(range(0, samples, batch), desc="generating"):
-        chunk = scenes[start:start + batch]
-        prompts = [caption(s) for s in chunk] + [caption(chunk[0])] * (batch - len(chunk))
-        venv.reset(seed=seed + start, options={"prompt": prompts})
-        terminated = np.zeros(batch, dtype=bool)
-        while not terminated.all():
-            _, rewards, terminated, _, info = venv.step(actions)
-        for scene, video, reward in zip(chunk, info["frames"], rewards.tolist()):
+    def options(idx: list[int]) -> dict:
+        return {"prompt": [caption(scenes[i]) for i in idx]}
+
+    for idx, info, rewards in generations(venv, samples, seed, options, "generating"):
+        for scene, video, reward in zip([scenes[i] for i in idx], info["frames"], rewards.tolist()):
             found = detect(video)
             rows.append({"caption": caption(scene), "color": scene.color, "direction": scene.direction,
                          "detected_color": found.color, "detected_direction": found.direction, "reward": reward})
@@ -58,6 +52,24 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-8))
 
 
+def generations(venv, samples: int, seed: int, options, desc: str):
+    """``venv``'s episodes for tasks ``0 .. samples - 1``, a batch of ``venv.num_envs`` at a time, each
+    reset with ``options(task indices)`` and seed ``seed + first index`` and stepped with the default
+    action to its end: yields ``(task indices, last info, last rewards)``, a partial last batch padded
+    with the last task and the padding left out of the indices."""
+    from tqdm import tqdm
+
+    batch = venv.num_envs
+    actions = np.tile(venv.default_action, (batch, 1))
+    for start in tqdm(range(0, samples, batch), desc=desc):
+        idx = [min(start + j, samples - 1) for j in range(batch)]
+        venv.reset(seed=seed + start, options=options(idx))
+        terminated = np.zeros(batch, dtype=bool)
+        while not terminated.all():
+            _, rewards, terminated, _, info = venv.step(actions)
+        yield idx[: samples - start], info, rewards
+
+
 def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int = 16, **overrides) -> dict:
     """The world model against the action world, on ``samples`` tasks drawn from ``seed``.
 
@@ -69,30 +81,26 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     the fraction of tasks whose generated chunk, executed in the true world, ends with the object
     in its goal (and the same for the noisy expert that the training data came from, and for
     uniform random commands)."""
-    from tqdm import tqdm
-
     venv = Cosmos3RolloutVectorEnv(batch, env_id, **overrides)
     mode, chunk, size = venv.preset.conditioning, venv.preset.num_frames - 1, venv.preset.height
     if mode not in ("forward_dynamics", "inverse_dynamics", "policy"):
         raise ValueError(f"{env_id} is not an action rollout; use adherence() for it")
     tasks, frames, commands = action_chunks(np.random.default_rng(seed), samples, chunk, expert=mode == "policy",
                                             size=size)
-    actions = np.tile(venv.default_action, (batch, 1))
-    values, kept, confusions = [], [], Counter()
-    for start in tqdm(range(0, samples, batch), desc=f"evaluating {mode}"):
-        idx = [min(start + j, samples - 1) for j in range(batch)]
-        options = {"prompt": [tasks[i].prompt for i in idx]}
+
+    def options(idx: list[int]) -> dict:
+        given = {"prompt": [tasks[i].prompt for i in idx]}
         if mode == "inverse_dynamics":
-            options["video"] = frames[idx]
+            given["video"] = frames[idx]
         else:
-            options["image"] = frames[idx, 0]
+            given["image"] = frames[idx, 0]
         if mode == "forward_dynamics":
-            options["actions"] = commands[idx]
-        venv.reset(seed=seed + start, options=options)
-        terminated = np.zeros(batch, dtype=bool)
-        while not terminated.all():
-            _, _, terminated, _, info = venv.step(actions)
-        for j, i in enumerate(idx[: samples - start]):
+            given["actions"] = commands[idx]
+        return given
+
+    values, kept, confusions = [], [], Counter()
+    for idx, info, _ in generations(venv, samples, seed, options, f"evaluating {mode}"):
+        for j, i in enumerate(idx):
             task = tasks[i]
             if mode == "forward_dynamics":
                 truth = push(task, task.start, commands[i], size)
