@@ -14,6 +14,12 @@ another shows the same "other" counts under every prompt.
 Copying is itself learned: the VAE is causal, so latent frame 0 encodes the given frame alone and
 each later latent frame four frames. The script also prints how far apart the codes of one
 picture are when it is held still for a whole clip (latent frame 0 against 1, and 1 against 2).
+
+The transformer can only draw colours its VAE draws. The action tasks encode their clips as a
+32x32 corner of the resolution tier's 256x256 canvas (as ``Cosmos3OmniPipeline`` pads them), a VAE
+trained on plain scenes alone may redraw them in another colour, and forward dynamics, trained to
+match those latents, then draws that colour too. So the script first scores the VAE alone: the
+tasks' clips encoded through the canvas and plain, decoded, and the later frames' colour read.
 """
 
 from __future__ import annotations
@@ -91,15 +97,29 @@ def still_clip_codes(model: Cosmos3Model, args: ColourArgs) -> tuple[float, floa
     return distance(0, 1), distance(1, 2)
 
 
+@torch.no_grad()
+def vae_colours(model: Cosmos3Model, args: ColourArgs) -> dict[str, int]:
+    """How many of the tasks' played-out clips the VAE alone redraws in the object's colour (the
+    frames after the first), encoded through the action canvas and plain."""
+    preset = load_preset("Cosmos3ForwardDynamicsRollout-v0")
+    tasks, frames, _ = action_chunks(np.random.default_rng(args.seed), args.samples, preset.num_frames - 1)
+    codes = {"canvas": model.encode_action_clips(frames, preset.resolution_tier, preset.num_frames),
+             "plain": model.pipeline._encode_video(torch.from_numpy(frames).permute(0, 4, 1, 2, 3) / 127.5 - 1.0)}
+    return {name: sum(detect(clip[1:]).color == task.color for task, clip in zip(tasks, model.decode(code)))
+            for name, code in codes.items()}
+
+
 def main(argv=None) -> int:
     args = parse_args(ColourArgs, argv, __doc__)
     print(f"# forward dynamics, {args.samples} tasks of the action world (seed {args.seed}), deterministic sampler: "
           "chunks in the frame's colour / the swapped prompt's colour / another colour")
     for checkpoint in args.checkpoints.split(","):
         model = Cosmos3Model.from_pretrained(checkpoint, device="cpu")
+        vae = vae_colours(model, args)
         counts = colour_sources(model, args)
-        print(checkpoint + "\n  a still clip's latent frames, relative distance: 0 to 1 %.3f, 1 to 2 %.3f"
-              % still_clip_codes(model, args))
+        print(f"{checkpoint}\n  the VAE alone keeps the colour of {vae['canvas']} clips through the action canvas, "
+              f"{vae['plain']} plain")
+        print("  a still clip's latent frames, relative distance: 0 to 1 %.3f, 1 to 2 %.3f" % still_clip_codes(model, args))
         for name in PROMPTS:
             print(f"  {name:8s} prompt: " + " / ".join(f"{counts[name][k]}" for k in ("frame", "prompt", "other")))
     return 0

@@ -395,12 +395,19 @@ class Cosmos3Model:
         request, its first ``given`` frames (default: all) encoded in one VAE call and the latent
         cropped back to the content (the envs' conditions one clip at a time, the trainer's clips in
         batches: batching changes the encode's rounding, not its math)."""
-        pipe = self.pipeline
-        canvases = [pipe._prepare_action_video_conditioning(unit_frames(clip), resolution_tier, num_frames,
-                                                            device=self.device, dtype=self.vae.dtype)
+        canvas, content = self.action_canvases(clips, resolution_tier, num_frames)
+        latent = self.pipeline._encode_video(canvas[:, :, :given]).float()
+        return self.pipeline._remove_action_video_padding_from_latent(latent, content)
+
+    def action_canvases(self, clips, resolution_tier: int, num_frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 clips ``[F, H, W, 3]`` of one shape padded into the tier's canvas as
+        ``Cosmos3OmniPipeline`` pads the ``num_frames`` frames of an action request: the pixels
+        ``[B, 3, num_frames, canvas_h, canvas_w]`` in [-1, 1] and the pipeline's size record, which
+        crops a latent of them back to the content (what the VAE must encode faithfully, padding and all)."""
+        canvases = [self.pipeline._prepare_action_video_conditioning(unit_frames(clip), resolution_tier, num_frames,
+                                                                     device=self.device, dtype=self.vae.dtype)
                     for clip in clips]
-        latent = pipe._encode_video(torch.cat([canvas[:, :, :given] for canvas, *_ in canvases])).float()
-        return pipe._remove_action_video_padding_from_latent(latent, canvases[0][1])
+        return torch.cat([canvas for canvas, *_ in canvases]), canvases[0][1]
 
     @staticmethod
     def action_canvas(height: int, width: int, resolution_tier: int) -> tuple[int, int]:

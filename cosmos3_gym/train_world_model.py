@@ -4,8 +4,9 @@
     python -m cosmos3_gym.train_world_model --device cpu --vae-steps 100 --steps 200 --out /tmp/tiny
     python -m cosmos3_gym.train_world_model --init-from cosmos3_gym/assets/cosmos3-tiny --vae-steps 0 ...
 
-Stage 1 fits the tiny ``AutoencoderKLWan`` (reconstruction + a small KL term) and sets its
-``latents_mean``/``latents_std`` from the data. Stage 2 fits the tiny
+Stage 1 fits the tiny ``AutoencoderKLWan`` (reconstruction + a small KL term) on the world's
+scenes and on action clips encoded as the action tasks encode them (a corner of the tier's padded
+canvas), and sets its ``latents_mean``/``latents_std`` from the data. Stage 2 fits the tiny
 ``Cosmos3OmniTransformer`` with the flow-matching objective in exactly the convention
 ``Cosmos3OmniPipeline`` samples with: ``x_sigma = (1 - sigma) x0 + sigma noise``, target
 velocity ``noise - x0``, model time ``1000 sigma``, prompts through the pipeline's own
@@ -71,12 +72,14 @@ class TrainArgs:
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
     action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
     data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
+    # action clips per VAE step encoded in the tier's canvas, as the action tasks encode them (0: plain scenes only)
+    vae_canvas_batch: int = 4
     # e.g. 2000,2700: also save the weights after these transformer steps, in <out>/checkpoint-<step>
     # (steps the time budget does not reach are not saved)
     checkpoint_steps: str = ""
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
-        require_at_least(self, data_workers=0)
+        require_at_least(self, data_workers=0, vae_canvas_batch=0)
         parse_task_weights(self.task_weights)
         parse_checkpoint_steps(self.checkpoint_steps, self.steps)
         phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))
@@ -133,22 +136,45 @@ def _update(optimizer, loss, parameters, lr: float) -> None:
     optimizer.step()
 
 
-def train_vae(vae, args: TrainArgs, log: list) -> None:
+def canvas_reconstruction(model: Cosmos3Model, clips: np.ndarray, resolution_tier: int
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The VAE's reconstruction of uint8 ``clips`` along the action tasks' path (padded into the
+    tier's canvas, encoded, the latent cropped back to the content, decoded) against the clips
+    in [-1, 1], and the posterior's KL. The VAE sees a 32x32 scene as a corner of a 256x256
+    canvas there; trained on plain scenes alone, it may draw the object in another colour."""
+    vae, pipe = model.vae, model.pipeline
+    canvas, content = model.action_canvases(clips, resolution_tier, clips.shape[1])
+    posterior = vae.encode(canvas).latent_dist
+    recon = vae.decode(pipe._remove_action_video_padding_from_latent(posterior.sample(), content)).sample
+    return recon, _pixels(clips, recon.device), posterior.kl().mean()
+
+
+def train_vae(model: Cosmos3Model, args: TrainArgs, log: list) -> None:
+    """Reconstruction + a small KL term on the world's scenes and, ``vae_canvas_batch`` per step,
+    on action clips encoded as the action tasks encode them (:func:`canvas_reconstruction`)."""
     from tqdm import tqdm
 
+    vae = model.vae
     vae.train().requires_grad_(True)
     optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0, fused=_fused(args.device))
     batches = scene_batches([args.data_seed * 1_000_003 + step for step in range(args.vae_steps)], args.vae_batch,
                             args.data_workers)
+    clips_rng = np.random.default_rng(args.data_seed * 1_000_003 + 5 * 10**6)
     for step in tqdm(range(args.vae_steps), desc="vae"):
         video = _pixels(next(batches)[0], args.device)
         posterior = vae.encode(video).latent_dist
         recon = vae.decode(posterior.sample()).sample
         mse = torch.nn.functional.mse_loss(recon, video)
         loss = mse + args.kl_weight * posterior.kl().mean()
+        record = {"stage": "vae", "step": step, "mse": mse}
+        if args.vae_canvas_batch:
+            clips = action_chunks(clips_rng, args.vae_canvas_batch, NUM_FRAMES - 1)[1]
+            canvas_recon, target, kl = canvas_reconstruction(model, clips, args.resolution_tier)
+            record["canvas_mse"] = torch.nn.functional.mse_loss(canvas_recon, target)
+            loss = loss + record["canvas_mse"] + args.kl_weight * kl
         _update(optimizer, loss, vae.parameters(), _lr(step, args.vae_steps, args.vae_lr))
         if step % args.log_every == 0 or step == args.vae_steps - 1:
-            log.append({"stage": "vae", "step": step, "mse": mse.item()})
+            log.append({key: value.item() if torch.is_tensor(value) else value for key, value in record.items()})
     vae.eval().requires_grad_(False)
     with torch.no_grad():  # latent statistics, so that the transformer sees unit-scale latents
         video = _pixels(dataset(args.data_seed * 1_000_003 + 10**6, 512, NUM_FRAMES, SIZE)[0], args.device)
@@ -379,11 +405,14 @@ def plot_curve(log: list, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for ax, stage, key, title in ((axes[0], "vae", "mse", "VAE reconstruction MSE"),
-                                  (axes[1], "transformer", "loss", "flow-matching loss")):
-        points = [(r["step"], r[key]) for r in log if r["stage"] == stage]
-        if points:
-            ax.plot(*zip(*points))
+    for ax, stage, keys, title in ((axes[0], "vae", ("mse", "canvas_mse"), "VAE reconstruction MSE"),
+                                   (axes[1], "transformer", ("loss",), "flow-matching loss")):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in log if r["stage"] == stage and key in r]
+            if points:
+                ax.plot(*zip(*points), label={"mse": "scenes", "canvas_mse": "action clips in the canvas"}.get(key))
+        if len(ax.get_lines()) > 1:
+            ax.legend(fontsize=8)
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel("step")
@@ -412,8 +441,8 @@ def main(argv=None) -> int:
     log: list = []
     components["vae"].to(args.device)
     if args.vae_steps:
-        train_vae(components["vae"], args, log)
-    model = trainable_model(components, args.device)
+        train_vae(trainable_model(components, args.device), args, log)
+    model = trainable_model(components, args.device)  # anew: its pipeline reads the VAE's new latent statistics
     deadline = start + 60 * args.max_minutes if args.max_minutes > 0 else float("inf")
     out = Path(args.out)
 

@@ -60,9 +60,10 @@ def test_trainer_runs_and_its_output_loads(tmp_path):
     from cosmos3_gym.train_world_model import main
 
     main(["--device", "cpu", "--vae-steps", "2", "--steps", "2", "--batch", "2", "--vae-batch", "2",
-          "--out", str(tmp_path)])
+          "--vae-canvas-batch", "1", "--out", str(tmp_path)])
     record = json.loads((tmp_path / "training.json").read_text())
     assert [r["stage"] for r in record["log"]] == ["vae", "vae", "transformer", "transformer"]
+    assert all(0 < r["canvas_mse"] < 4 for r in record["log"] if r["stage"] == "vae")
     assert (tmp_path / "training_curve.png").stat().st_size > 1000
     generator = Cosmos3Model.from_pretrained(tmp_path, device="cpu")
     assert generator.vae.config.latents_mean != [0.0] * 4
@@ -195,6 +196,7 @@ def test_flow_matching_loss_is_the_mean_error_over_generated_elements(actions_ge
      "--checkpoint-steps '20,60': '60' is not a step count from 1 to --steps 50"),
     (["--checkpoint-steps", "0"], "--checkpoint-steps '0': '0' is not a step count from 1"),
     (["--checkpoint-steps", "2000;2700"], "'2000;2700' is not a step count"),
+    (["--vae-canvas-batch", "-1"], "--vae-canvas-batch -1 is too small; use 0 or more"),
 ])
 def test_trainer_refuses_a_bad_schedule_before_anything_loads(tmp_path, capsys, flags, message):
     from cosmos3_gym.train_world_model import main
@@ -236,6 +238,25 @@ def test_action_pool_holds_the_conditions_the_envs_encode():
         torch.testing.assert_close(pool.latents[i], inverse, rtol=0, atol=1e-5)
         policy = model.encode_action_condition("policy", 8, 256, image=frames[i][0]).latent
         torch.testing.assert_close(pool.latents[i][:, 0], policy[:, 0], rtol=0, atol=1e-5)
+
+
+def test_vae_canvas_term_reconstructs_the_clips_as_the_action_envs_encode_them():
+    """The VAE stage's canvas term (canvas_reconstruction) against the action envs' own path
+    (encode_action_clips, then decode to uint8): the same reconstruction up to the posterior's noise
+    and uint8 rounding, the same error against the clips, and the clips themselves as the target."""
+    from cosmos3_gym.train_world_model import canvas_reconstruction
+    from cosmos3_gym.world import action_chunks
+
+    model = Cosmos3Model.from_pretrained(TINY_CHECKPOINT, device="cpu")
+    frames = action_chunks(np.random.default_rng(5), 2, 8)[1]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        recon, target, kl = canvas_reconstruction(model, frames, 256)
+    clips = torch.from_numpy(frames).permute(0, 4, 1, 2, 3) / 127.5 - 1.0
+    assert torch.equal(target, clips) and float(kl) > 0
+    envs = torch.from_numpy(model.decode(model.encode_action_clips(frames, 256, 9))).permute(0, 4, 1, 2, 3) / 127.5 - 1
+    assert float((recon - envs).abs().mean()) < 0.01
+    assert float(((recon - clips) ** 2).mean()) == pytest.approx(float(((envs - clips) ** 2).mean()), rel=0.1)
 
 
 # --- the loader reads no pickle and instantiates only allow-listed classes ----------------------------------
@@ -382,7 +403,9 @@ def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeyp
     colour under the true, a swapped and the empty prompt (a run whose forward dynamics mapped each
     colour to another kept it in 6 of 32 chunks under each), though the given frame's latent code is
     not the later frames' code of the same picture (1.6 times the code apart, against 0.4 between two
-    later frames). The swap names another colour; a batch of 5 leaves a partial last batch."""
+    later frames). The swap names another colour; a batch of 5 leaves a partial last batch. Its VAE
+    alone keeps the colour of the clips it encodes through the action canvas as well as plain
+    (the VAEs of the runs that mapped colours kept it in 6 and 7 of 32 through the canvas, 32 plain)."""
     colour_source = _benchmark_script("colour_source", monkeypatch)
     names = list(COLORS)
     assert sorted(colour_source.next_colour(name) for name in names) == sorted(names)
@@ -390,6 +413,7 @@ def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeyp
     with pytest.raises(ValueError, match="--samples 0 is too small"):
         colour_source.ColourArgs(samples=0)
     args, model = colour_source.ColourArgs(samples=8, batch=5), Cosmos3Model.embedded(device="cpu")
+    assert colour_source.vae_colours(model, args) == {"canvas": 8, "plain": 8}
     counts = colour_source.colour_sources(model, args)
     assert all(sum(counts[name].values()) == 8 for name in colour_source.PROMPTS), counts
     assert all(counts[name]["frame"] >= 7 for name in colour_source.PROMPTS), counts
