@@ -137,7 +137,7 @@ def _update(optimizer, loss, parameters, lr: float) -> None:
 
 
 def canvas_reconstruction(model: Cosmos3Model, clips: np.ndarray, resolution_tier: int
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The VAE's reconstruction of uint8 ``clips`` along the action tasks' path (padded into the
     tier's canvas, encoded, the latent cropped back to the content, decoded) against the clips
     in [-1, 1], and the posterior's KL. The VAE sees a 32x32 scene as a corner of a 256x256
