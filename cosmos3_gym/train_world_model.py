@@ -65,7 +65,7 @@ class TrainArgs:
     init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
     task_weights: str = "t2v=1"  # e.g. t2v=3,t2i=1,forward_dynamics=2,inverse_dynamics=1,policy=1
     # phases before task_weights, "steps:weights" joined by "/": e.g. 1500:t2v=4,forward_dynamics=6/600:t2v=1
-    # (the action tasks learn to keep the given frame's colours first, then the motion words alone)
+    # (forward dynamics beside text-to-video first, then text-to-video alone for the motion words)
     curriculum: str = ""
     domain: str = "pusht"
     resolution_tier: int = 256
