@@ -72,14 +72,17 @@ class TrainArgs:
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
     action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
     data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
-    # action clips per VAE step encoded in the tier's canvas, as the action tasks encode them (0: plain scenes only)
+    # action clips per VAE step encoded in the tier's canvas, as the action tasks encode them (0: plain scenes only),
+    # on every vae_canvas_every-th step: a canvas clip has 64 times a scene's pixels, and on the H200 the term at
+    # every step took the VAE stage from 258 s to about 470 s
     vae_canvas_batch: int = 4
+    vae_canvas_every: int = 4
     # e.g. 2000,2700: also save the weights after these transformer steps, in <out>/checkpoint-<step>
     # (steps the time budget does not reach are not saved)
     checkpoint_steps: str = ""
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
-        require_at_least(self, data_workers=0, vae_canvas_batch=0)
+        require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
         parse_task_weights(self.task_weights)
         parse_checkpoint_steps(self.checkpoint_steps, self.steps)
         phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))
@@ -150,8 +153,9 @@ def canvas_reconstruction(model: Cosmos3Model, clips: np.ndarray, resolution_tie
 
 
 def train_vae(model: Cosmos3Model, args: TrainArgs, log: list) -> None:
-    """Reconstruction + a small KL term on the world's scenes and, ``vae_canvas_batch`` per step,
-    on action clips encoded as the action tasks encode them (:func:`canvas_reconstruction`)."""
+    """Reconstruction + a small KL term on the world's scenes and, ``vae_canvas_batch`` every
+    ``vae_canvas_every``-th step, on action clips encoded as the action tasks encode them
+    (:func:`canvas_reconstruction`)."""
     from tqdm import tqdm
 
     vae = model.vae
@@ -167,7 +171,7 @@ def train_vae(model: Cosmos3Model, args: TrainArgs, log: list) -> None:
         mse = torch.nn.functional.mse_loss(recon, video)
         loss = mse + args.kl_weight * posterior.kl().mean()
         record = {"stage": "vae", "step": step, "mse": mse}
-        if args.vae_canvas_batch:
+        if args.vae_canvas_batch and step % args.vae_canvas_every == 0:
             clips = action_chunks(clips_rng, args.vae_canvas_batch, NUM_FRAMES - 1)[1]
             canvas_recon, target, kl = canvas_reconstruction(model, clips, args.resolution_tier)
             record["canvas_mse"] = torch.nn.functional.mse_loss(canvas_recon, target)

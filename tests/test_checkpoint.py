@@ -60,10 +60,12 @@ def test_trainer_runs_and_its_output_loads(tmp_path):
     from cosmos3_gym.train_world_model import main
 
     main(["--device", "cpu", "--vae-steps", "2", "--steps", "2", "--batch", "2", "--vae-batch", "2",
-          "--vae-canvas-batch", "1", "--out", str(tmp_path)])
+          "--vae-canvas-batch", "1", "--vae-canvas-every", "2", "--out", str(tmp_path)])
     record = json.loads((tmp_path / "training.json").read_text())
     assert [r["stage"] for r in record["log"]] == ["vae", "vae", "transformer", "transformer"]
-    assert all(0 < r["canvas_mse"] < 4 for r in record["log"] if r["stage"] == "vae")
+    vae_rows = [r for r in record["log"] if r["stage"] == "vae"]
+    assert ["canvas_mse" in r for r in vae_rows] == [True, False]  # the canvas term on every second step
+    assert 0 < vae_rows[0]["canvas_mse"] < 4
     assert (tmp_path / "training_curve.png").stat().st_size > 1000
     generator = Cosmos3Model.from_pretrained(tmp_path, device="cpu")
     assert generator.vae.config.latents_mean != [0.0] * 4
@@ -197,6 +199,7 @@ def test_flow_matching_loss_is_the_mean_error_over_generated_elements(actions_ge
     (["--checkpoint-steps", "0"], "--checkpoint-steps '0': '0' is not a step count from 1"),
     (["--checkpoint-steps", "2000;2700"], "'2000;2700' is not a step count"),
     (["--vae-canvas-batch", "-1"], "--vae-canvas-batch -1 is too small; use 0 or more"),
+    (["--vae-canvas-every", "0"], "--vae-canvas-every 0 is too small; use 1 or more"),
 ])
 def test_trainer_refuses_a_bad_schedule_before_anything_loads(tmp_path, capsys, flags, message):
     from cosmos3_gym.train_world_model import main
