@@ -173,7 +173,8 @@ def evaluate(args) -> int:
     measure = action_accuracy if action else adherence
     sampler = {name: value for name, value in (("noise_level", args.noise_level),
                                                ("guidance_scale", args.guidance_scale)) if value is not None}
-    result = measure(args.env, args.samples, args.seed, device=args.device, **sampler)
+    checkpoint = {"checkpoint": args.checkpoint} if args.checkpoint else {}
+    result = measure(args.env, args.samples, args.seed, device=args.device, **checkpoint, **sampler)
     text = report(result)
     print(text)
     if args.out:
@@ -341,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "deterministically (default: the preset's, 0.7)")
     p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance in [1, 10]; 1 runs "
                    "no unconditional pass (default: the preset's, 4)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR", help="score these weights: a local diffusers-layout "
+                   "Cosmos 3 checkpoint, such as the --out of python -m cosmos3_gym.train_world_model (default: the "
+                   "preset's, the embedded model)")
     p.set_defaults(func=evaluate)
     parser.commands = sub.choices
     return parser
@@ -367,6 +371,13 @@ def main(argv=None) -> int:
             command_parser.error(f"--frames {args.frames} is invalid in --mode world: use >= 2 (the first frame "
                                  "and one per action of the chunk)")
     if args.command == "evaluate":
+        if args.checkpoint:
+            from .model import check_checkpoint
+
+            try:
+                check_checkpoint(args.checkpoint)
+            except (FileNotFoundError, ValueError) as error:
+                command_parser.error(f"argument --checkpoint: {error}")
         preset = preset_tables()[args.env]
         for flag, value, bounds in (("--noise-level", args.noise_level, preset["noise_level_bounds"]),
                                     ("--guidance-scale", args.guidance_scale, preset["guidance_bounds"])):

@@ -144,8 +144,10 @@ class Cosmos3WorldVectorEnv(VectorEnv):
     Args: ``num_envs``, ``chunk``, ``horizon``, ``size``, ``goal`` (None: a random corner per
     episode; see ``ProceduralWorld-v0``), ``num_steps``, ``kind``,
     ``guidance_scale``, ``noise_level``, ``domain`` (the embodiment of the actions),
-    ``autoreset_mode``, ``render_mode``, ``device``, ``dtype``, ``model`` (a shared
-    :class:`~cosmos3_gym.model.Cosmos3Model`; default: the embedded one).
+    ``autoreset_mode``, ``render_mode``, ``checkpoint`` (a local diffusers-layout Cosmos 3
+    directory, such as the ``--out`` of ``python -m cosmos3_gym.train_world_model``; default: the
+    embedded model), ``device``, ``dtype``, ``model`` (a shared
+    :class:`~cosmos3_gym.model.Cosmos3Model`, loaded instead of ``checkpoint``).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -154,7 +156,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
                  goal: str | None = None, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,
                  noise_level: float = 0.7, domain: str = "pusht",
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 device=None, dtype=None, model=None):
+                 checkpoint: str = "", device=None, dtype=None, model=None):
         self.num_envs = _checked_int("num_envs", num_envs)
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
         self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
@@ -170,7 +172,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         forward_dynamics = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id="Cosmos3World-v0")
         self.preset = forward_dynamics.override(
             num_frames=self.chunk + 1, height=self.size, width=self.size, num_steps=num_steps, kind=kind,
-            guidance_scale=guidance_scale, noise_level=noise_level, domain=domain, reward="none")
+            guidance_scale=guidance_scale, noise_level=noise_level, domain=domain, reward="none", checkpoint=checkpoint)
         self.engine = build_engine(self.preset, self.num_envs, device=device, dtype=dtype, model=model)
         self.device = self.engine.device
         self.single_observation_space, self.single_action_space = world_spaces(self.chunk, self.size)

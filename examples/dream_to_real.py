@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.args import parse_args, require_at_least
+from cosmos3_gym.model import check_checkpoint
 from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
 from cosmos3_gym.world_env import Cosmos3WorldVectorEnv
 
@@ -42,11 +43,17 @@ class Args:
     goal: str = "top left"  # the corner of every episode (a pixel-only policy cannot read the prompt)
     eval_episodes: int = 100
     device: str = "cuda" if torch.cuda.is_available() else "cpu"  # the world model's
+    checkpoint: str = ""  # the world model's weights, e.g. train_world_model's --out (default: the embedded model)
     seed: int = 0
     out: str = "out"
 
     def __post_init__(self):
         require_at_least(self, timesteps=1, num_envs=1, n_steps=2, num_steps=1, eval_episodes=1)
+        if self.checkpoint:  # now, not after the true-world agent has trained
+            try:
+                check_checkpoint(self.checkpoint)
+            except (FileNotFoundError, ValueError) as error:
+                raise ValueError(f"--checkpoint: {error}") from None
 
 
 def success_rate(policy, episodes: int, seed: int, goal: str) -> float:
@@ -81,7 +88,8 @@ def main(args: Args) -> None:
                                                             args.eval_episodes, eval_seed, args.goal)
 
     dream_envs = Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(args.num_envs, goal=args.goal, num_steps=args.num_steps,
-                                                        autoreset_mode=AutoresetMode.SAME_STEP, device=args.device))
+                                                        autoreset_mode=AutoresetMode.SAME_STEP,
+                                                        checkpoint=args.checkpoint, device=args.device))
     dream = train_ppo(dream_envs, args)
     results["PPO trained in imagination"] = success_rate(lambda obs: dream.predict(obs, deterministic=True)[0],
                                                          args.eval_episodes, eval_seed, args.goal)

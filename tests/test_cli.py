@@ -52,6 +52,8 @@ def cli_error(argv, capsys) -> str:
     (["evaluate", "--noise-level", "1.5"], "--noise-level 1.5 is outside Cosmos3Rollout-v0's bounds [0.0, 1.0]"),
     (["evaluate", "--noise-level", "nan"], "--noise-level nan is outside Cosmos3Rollout-v0's bounds"),
     (["evaluate", "--guidance-scale", "0.5"], "--guidance-scale 0.5 is outside Cosmos3Rollout-v0's bounds [1.0, 10.0]"),
+    (["evaluate", "--checkpoint", "/no/such/dir"], "argument --checkpoint: checkpoint='/no/such/dir' is not a "
+                                                   "directory; pass a local diffusers-layout Cosmos 3 checkpoint"),
     (["demo", "--threads", "0"], "argument --threads: 0 is invalid; use an integer >= 1"),
     (["demo", "--env", "Nope-v0"], "argument --env: invalid choice: 'Nope-v0' (choose from"),
     (["demo", "--device", "gpu"], "argument --device: 'gpu' is not a torch device; use cpu, cuda or cuda:N"),
@@ -157,6 +159,21 @@ def test_evaluate_passes_the_sampler_flags_to_the_envs(tmp_path, capsys, keep_th
     assert "'noise_level': 0.0, 'guidance_scale': 1.0" in capsys.readouterr().out
     default = adherence("Cosmos3RolloutT2I-v0", 8, device="cpu")
     assert default["rows"] != direct["rows"]  # the flags change the samples
+
+
+def test_evaluate_scores_the_checkpoint_it_is_given(tmp_path, capsys, keep_threads):
+    """--checkpoint scores other weights (here untrained ones) exactly as the envs load them."""
+    from cosmos3_gym.evaluate import adherence, report
+    from cosmos3_gym.tiny_model import build_tiny_checkpoint
+
+    build_tiny_checkpoint(tmp_path / "untrained")
+    argv = ["evaluate", "--env", "Cosmos3RolloutT2I-v0", "--device", "cpu", "--samples", "8",
+            "--checkpoint", str(tmp_path / "untrained"), "--out", str(tmp_path / "report.txt")]
+    assert cli.main(argv) == 0
+    direct = adherence("Cosmos3RolloutT2I-v0", 8, device="cpu", checkpoint=str(tmp_path / "untrained"))
+    assert (tmp_path / "report.txt").read_text() == report(direct) + "\n"
+    embedded = adherence("Cosmos3RolloutT2I-v0", 8, device="cpu")
+    assert [r["detected_color"] for r in direct["rows"]] != [r["detected_color"] for r in embedded["rows"]]
 
 
 def test_configure_threads(monkeypatch, keep_threads):

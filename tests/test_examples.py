@@ -54,9 +54,10 @@ def test_dream_to_real_smoke(tmp_path):
     ("policy_grpo.py", ["--iterations", "0"], "--iterations 0 is too small; use 1 or more"),
     ("ppo_control.py", ["--num-envs", "2", "--total-timesteps", "1"], "--total-timesteps 1 is too small; use 32 or more"),
     ("dream_to_real.py", ["--eval-episodes", "0"], "--eval-episodes 0 is too small; use 1 or more"),
+    ("dream_to_real.py", ["--checkpoint", "/no/such/dir"], "--checkpoint: checkpoint='/no/such/dir' is not a directory"),
     ("quickstart.py", ["--scale", "0"], "--scale 0 is too small; use 1 or more"),
 ])
-def test_a_budget_too_small_to_run_is_refused_before_anything_loads(script, flags, message, tmp_path):
+def test_a_budget_too_small_or_a_missing_checkpoint_is_refused_before_anything_loads(script, flags, message, tmp_path):
     result = subprocess.run([sys.executable, str(EXAMPLES / script), "--out", str(tmp_path), *flags],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]

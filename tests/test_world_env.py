@@ -109,6 +109,25 @@ def test_vector_env_i_equals_the_single_env_with_seed_s_plus_i(world):
         assert reward == pytest.approx(rewards[i], abs=0.05)
 
 
+def test_checkpoint_loads_other_weights_as_a_shared_model_of_them_would(world, tmp_path):
+    """checkpoint= (e.g. a train_world_model --out) imagines with those weights: the same chunk as
+    the same weights passed as model=, another than the embedded model's."""
+    from cosmos3_gym.model import Cosmos3Model
+    from cosmos3_gym.tiny_model import build_tiny_checkpoint
+
+    untrained = build_tiny_checkpoint(tmp_path / "untrained")
+    chunks = []
+    for env in (gym.make("Cosmos3World-v0", checkpoint=str(untrained), num_steps=2, device="cpu"),
+                gym.make("Cosmos3World-v0", model=Cosmos3Model.from_pretrained(untrained, device="cpu"), num_steps=2),
+                world()):
+        env.reset(seed=3)
+        chunks.append(env.step(LEFT_DOWN)[4]["frames"])
+    np.testing.assert_array_equal(chunks[0], chunks[1])
+    assert np.abs(chunks[0].astype(int) - chunks[2].astype(int)).mean() > 10
+    with pytest.raises(FileNotFoundError, match="checkpoint='/no/such/dir' is not a directory"):
+        gym.make("Cosmos3World-v0", checkpoint="/no/such/dir")
+
+
 def test_the_inner_trajectory_replays_and_a_bad_action_changes_nothing(world, tiny_model):
     env = world()
     env.reset(seed=2)
