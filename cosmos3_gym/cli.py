@@ -173,7 +173,7 @@ def evaluate(args) -> int:
     measure = action_accuracy if action else adherence
     sampler = {name: value for name, value in (("noise_level", args.noise_level),
                                                ("guidance_scale", args.guidance_scale)) if value is not None}
-    checkpoint = {"checkpoint": args.checkpoint} if args.checkpoint else {}
+    checkpoint = {} if args.checkpoint is None else {"checkpoint": args.checkpoint}
     result = measure(args.env, args.samples, args.seed, device=args.device, **checkpoint, **sampler)
     text = report(result)
     print(text)
@@ -371,9 +371,12 @@ def main(argv=None) -> int:
             command_parser.error(f"--frames {args.frames} is invalid in --mode world: use >= 2 (the first frame "
                                  "and one per action of the chunk)")
     if args.command == "evaluate":
-        if args.checkpoint:
+        if args.checkpoint is not None:
             from .model import check_checkpoint
 
+            if not args.checkpoint.strip():
+                command_parser.error(f"argument --checkpoint: {args.checkpoint!r} is empty; pass a checkpoint "
+                                     "folder, or leave the flag out for the preset's model")
             try:
                 check_checkpoint(args.checkpoint)
             except (FileNotFoundError, ValueError) as error:

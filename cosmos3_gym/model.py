@@ -109,7 +109,7 @@ def _check_weights(path: Path, name: str) -> None:
     """Safetensors only: a ``.bin``/``.pt``/... weight file is a pickle, and unpickling runs code."""
     folder = path / name
     if not list(folder.glob("*.safetensors")):
-        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES) if folder.is_dir() else []
         found = (f"; its pickle weights {pickles[:5]} are refused (unpickling can run code): convert them once, "
                  f"in a process you trust, with save_pretrained(..., safe_serialization=True)") if pickles else ""
         raise FileNotFoundError(f"checkpoint={str(path)!r} is missing component {name!r}: expected "

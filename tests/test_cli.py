@@ -54,6 +54,8 @@ def cli_error(argv, capsys) -> str:
     (["evaluate", "--guidance-scale", "0.5"], "--guidance-scale 0.5 is outside Cosmos3Rollout-v0's bounds [1.0, 10.0]"),
     (["evaluate", "--checkpoint", "/no/such/dir"], "argument --checkpoint: checkpoint='/no/such/dir' is not a "
                                                    "directory; pass a local diffusers-layout Cosmos 3 checkpoint"),
+    (["evaluate", "--checkpoint", ""], "argument --checkpoint: '' is empty; pass a checkpoint folder"),
+    (["evaluate", "--checkpoint", "/"], "argument --checkpoint: checkpoint='/' is missing component 'transformer'"),
     (["demo", "--threads", "0"], "argument --threads: 0 is invalid; use an integer >= 1"),
     (["demo", "--env", "Nope-v0"], "argument --env: invalid choice: 'Nope-v0' (choose from"),
     (["demo", "--device", "gpu"], "argument --device: 'gpu' is not a torch device; use cpu, cuda or cuda:N"),

@@ -85,6 +85,8 @@ def test_invalid_presets(overrides, match):
 def test_missing_checkpoint_components(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a directory"):
         gym.make("Cosmos3Rollout-v0", checkpoint=str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="missing component 'transformer'"):  # a folder, but not a checkpoint
+        gym.make("Cosmos3Rollout-v0", checkpoint=str(tmp_path))
     (tmp_path / "transformer").mkdir()
     (tmp_path / "transformer" / "config.json").write_text("{}")
     (tmp_path / "transformer" / "diffusion_pytorch_model.bin").write_text("")
