@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import reprlib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -138,6 +139,9 @@ class Preset:
             fail("prompts", "a non-empty list of strings")
         if not isinstance(self.negative_prompt, str):
             fail("negative_prompt", "a string ('' for none)")
+        if not isinstance(self.checkpoint, (str, os.PathLike)):
+            fail("checkpoint", "a folder path (a str or pathlib.Path), or '' for the embedded model")
+        object.__setattr__(self, "checkpoint", os.fspath(self.checkpoint))  # a Path too, as the string it names
         if self.sigma_grid == "explicit":
             if not isinstance(self.sigmas, (tuple, list)) or len(self.sigmas) > MAX_STEPS + 1:
                 fail("sigmas", f"a list of at most {MAX_STEPS + 1} numbers")

@@ -21,6 +21,9 @@ def build_engine(preset: Preset, num_slots: int, device=None, dtype=None,
     """An engine for ``preset``; ``model`` reuses an already loaded model instead of loading one."""
     if model is not None and not isinstance(model, Cosmos3Model):
         raise ValueError(f"model={model!r} is not a Cosmos3Model; load one with Cosmos3Model.from_pretrained(...)")
+    if model is not None and preset.checkpoint:
+        raise ValueError(f"checkpoint={preset.checkpoint!r} and model= were both given; pass one: model= shares a "
+                         "Cosmos3Model already loaded, checkpoint= loads one")
     if isinstance(dtype, str):
         names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
         if dtype not in names:

@@ -83,6 +83,10 @@ class TrainArgs:
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
+        if self.vae_canvas_batch and 0 < self.vae_steps < self.vae_canvas_every:
+            raise ValueError(f"--vae-canvas-every {self.vae_canvas_every} is more than --vae-steps {self.vae_steps}: "
+                             f"the canvas term would come at step 0 alone; use at most {self.vae_steps}, or "
+                             "--vae-canvas-batch 0 to leave it out")
         parse_task_weights(self.task_weights)
         parse_checkpoint_steps(self.checkpoint_steps, self.steps)
         phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))

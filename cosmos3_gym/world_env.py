@@ -147,7 +147,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
     ``autoreset_mode``, ``render_mode``, ``checkpoint`` (a local diffusers-layout Cosmos 3
     directory, such as the ``--out`` of ``python -m cosmos3_gym.train_world_model``; default: the
     embedded model), ``device``, ``dtype``, ``model`` (a shared
-    :class:`~cosmos3_gym.model.Cosmos3Model`, loaded instead of ``checkpoint``).
+    :class:`~cosmos3_gym.model.Cosmos3Model`; not with ``checkpoint``).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}

@@ -79,6 +79,10 @@ def main(args: Args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     eval_seed = 10**6  # evaluation tasks never seen in training
+    # the imagined world first: its checkpoint loads (or fails) before anything trains
+    dream_envs = Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(args.num_envs, goal=args.goal, num_steps=args.num_steps,
+                                                        autoreset_mode=AutoresetMode.SAME_STEP,
+                                                        checkpoint=args.checkpoint, device=args.device))
     rng = np.random.default_rng(args.seed)
     results = {"random commands": success_rate(lambda obs: rng.uniform(-1, 1, (8, 2)).astype(np.float32),
                                                args.eval_episodes, eval_seed, args.goal)}
@@ -87,9 +91,6 @@ def main(args: Args) -> None:
     results["PPO trained in the true world"] = success_rate(lambda obs: real.predict(obs, deterministic=True)[0],
                                                             args.eval_episodes, eval_seed, args.goal)
 
-    dream_envs = Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(args.num_envs, goal=args.goal, num_steps=args.num_steps,
-                                                        autoreset_mode=AutoresetMode.SAME_STEP,
-                                                        checkpoint=args.checkpoint, device=args.device))
     dream = train_ppo(dream_envs, args)
     results["PPO trained in imagination"] = success_rate(lambda obs: dream.predict(obs, deterministic=True)[0],
                                                          args.eval_episodes, eval_seed, args.goal)

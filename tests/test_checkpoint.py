@@ -200,6 +200,8 @@ def test_flow_matching_loss_is_the_mean_error_over_generated_elements(actions_ge
     (["--checkpoint-steps", "2000;2700"], "'2000;2700' is not a step count"),
     (["--vae-canvas-batch", "-1"], "--vae-canvas-batch -1 is too small; use 0 or more"),
     (["--vae-canvas-every", "0"], "--vae-canvas-every 0 is too small; use 1 or more"),
+    (["--vae-steps", "8", "--vae-canvas-every", "9"], "--vae-canvas-every 9 is more than --vae-steps 8: the canvas "
+                                                      "term would come at step 0 alone; use at most 8"),
 ])
 def test_trainer_refuses_a_bad_schedule_before_anything_loads(tmp_path, capsys, flags, message):
     from cosmos3_gym.train_world_model import main

@@ -82,6 +82,17 @@ def test_invalid_presets(overrides, match):
         gym.make("Cosmos3Rollout-v0", **overrides)
 
 
+def test_checkpoint_must_be_a_path_and_not_beside_a_model(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match=r"checkpoint=123 is invalid; allowed: a folder path \(a str or pathlib.Path\)"):
+        gym.make("Cosmos3Rollout-v0", checkpoint=123)
+    with pytest.raises(ValueError, match="checkpoint=None is invalid"):
+        gym.make("Cosmos3World-v0", checkpoint=None)
+    with pytest.raises(ValueError, match="checkpoint='/no/such/dir' and model= were both given; pass one"):
+        gym.make("Cosmos3World-v0", checkpoint="/no/such/dir", model=tiny_model)
+    with pytest.raises(FileNotFoundError, match=f"checkpoint='{tmp_path}' is missing component"):  # a Path is a path
+        gym.make("Cosmos3Rollout-v0", checkpoint=tmp_path)
+
+
 def test_missing_checkpoint_components(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a directory"):
         gym.make("Cosmos3Rollout-v0", checkpoint=str(tmp_path / "nowhere"))
