@@ -124,6 +124,33 @@ def _check_weights(path: Path, name: str) -> None:
                              f"save_pretrained(..., safe_serialization=True)")
 
 
+@contextmanager
+def _naming_component(path: Path, name: str):
+    """A component that passed :func:`check_checkpoint` but does not load (a truncated weight
+    file, a tokenizer file that is not JSON) raises ``ValueError`` naming the checkpoint and it."""
+    try:
+        yield
+    except (OSError, ValueError, RuntimeError) as error:
+        raise ValueError(f"checkpoint={str(path)!r}: component {name!r} does not load ({type(error).__name__}: "
+                         f"{str(error)[:300]}); restore it from the original checkpoint") from error
+
+
+def _load_weights(cls, path: Path, name: str, dtype):
+    """Component ``name`` of ``path`` as ``cls``, refused unless the weights and its config agree:
+    diffusers only warns about weights the config has no place for, or places the weights lack,
+    and would run a config of 2 layers on a file of 4 as half a model."""
+    with _naming_component(path, name):
+        module, info = cls.from_pretrained(path / name, torch_dtype=dtype, use_safetensors=True,
+                                           output_loading_info=True)
+    disagree = {key: sorted(map(str, info[key]))[:3] for key in ("missing_keys", "unexpected_keys", "mismatched_keys",
+                                                               "error_msgs") if info.get(key)}
+    if disagree:
+        raise ValueError(f"checkpoint={str(path)!r}: the weights of component {name!r} do not fit its "
+                         f"{CONFIG_FILES[name]} ({disagree}, at most 3 of each); use the config the weights were "
+                         "saved with")
+    return module
+
+
 def check_checkpoint(path: str | Path) -> Path:
     """Vet a checkpoint directory before anything in it is loaded.
 
@@ -254,16 +281,15 @@ class Cosmos3Model:
         path = check_checkpoint(path)
         device = checked_device(device)
         dtype = dtype or default_dtype(device)
-        transformer = Cosmos3OmniTransformer.from_pretrained(path / "transformer", torch_dtype=dtype,
-                                                             use_safetensors=True)
-        vae = AutoencoderKLWan.from_pretrained(path / "vae", torch_dtype=dtype, use_safetensors=True)
+        transformer = _load_weights(Cosmos3OmniTransformer, path, "transformer", dtype)
+        vae = _load_weights(AutoencoderKLWan, path, "vae", dtype)
         sound_tokenizer = None
         if (path / "sound_tokenizer").is_dir():
             with warnings.catch_warnings():  # diffusers' decoder still calls torch's deprecated weight_norm
                 warnings.filterwarnings("ignore", r"`torch\.nn\.utils\.weight_norm` is deprecated", FutureWarning)
-                sound_tokenizer = Cosmos3AVAEAudioTokenizer.from_pretrained(
-                    path / "sound_tokenizer", torch_dtype=dtype, use_safetensors=True)
-        tokenizer = AutoTokenizer.from_pretrained(path / "text_tokenizer", trust_remote_code=False)
+                sound_tokenizer = _load_weights(Cosmos3AVAEAudioTokenizer, path, "sound_tokenizer", dtype)
+        with _naming_component(path, "text_tokenizer"):
+            tokenizer = AutoTokenizer.from_pretrained(path / "text_tokenizer", trust_remote_code=False)
         scheduler_config = component_config(path, "scheduler")
         scheduler = getattr(diffusers, scheduler_config["_class_name"]).from_config(scheduler_config)
         index_file = path / "model_index.json"

@@ -1,10 +1,16 @@
 """Bad input raises a clear error naming what is wrong, and the env stays usable."""
 
+import json
+import shutil
+
 import numpy as np
 import torch
 import pytest
 
 import gymnasium as gym
+
+from cosmos3_gym.model import Cosmos3Model
+from cosmos3_gym.tiny_model import TINY_CHECKPOINT
 
 
 def assert_still_usable(env):
@@ -91,6 +97,31 @@ def test_checkpoint_must_be_a_path_and_not_beside_a_model(tiny_model, tmp_path):
         gym.make("Cosmos3World-v0", checkpoint="/no/such/dir", model=tiny_model)
     with pytest.raises(FileNotFoundError, match=f"checkpoint='{tmp_path}' is missing component"):  # a Path is a path
         gym.make("Cosmos3Rollout-v0", checkpoint=tmp_path)
+
+
+@pytest.mark.parametrize("layers, keys", [(2, "unexpected_keys"), (6, "missing_keys")])
+def test_weights_that_do_not_fit_their_config_are_refused(tmp_path, layers, keys):
+    """diffusers only warns; a config of 2 layers over weights of 4 would run half the model."""
+    shutil.copytree(TINY_CHECKPOINT, tmp_path / "ckpt")
+    config_file = tmp_path / "ckpt" / "transformer" / "config.json"
+    config = json.loads(config_file.read_text())
+    assert config["num_hidden_layers"] == 4
+    config_file.write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    with pytest.raises(ValueError, match=f"the weights of component 'transformer' do not fit its config.json "
+                                         f"\\({{'{keys}': \\['layers.{min(layers, 4)}."):
+        Cosmos3Model.from_pretrained(tmp_path / "ckpt", device="cpu")
+
+
+def test_a_component_that_does_not_load_is_named(tmp_path):
+    shutil.copytree(TINY_CHECKPOINT, tmp_path / "ckpt")
+    weights = tmp_path / "ckpt" / "vae" / "diffusion_pytorch_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # truncated
+    with pytest.raises(ValueError, match="component 'vae' does not load \\(OSError: Unable to load weights"):
+        Cosmos3Model.from_pretrained(tmp_path / "ckpt", device="cpu")
+    shutil.copytree(TINY_CHECKPOINT, tmp_path / "ckpt2")
+    (tmp_path / "ckpt2" / "text_tokenizer" / "tokenizer.json").write_text("not json")
+    with pytest.raises(ValueError, match="component 'text_tokenizer' does not load"):
+        Cosmos3Model.from_pretrained(tmp_path / "ckpt2", device="cpu")
 
 
 def test_missing_checkpoint_components(tmp_path):
