@@ -102,9 +102,10 @@ class Cosmos3RolloutEnv(gym.Env):
     ``gym.make("Cosmos3Rollout-v0", render_mode=None, device=None, dtype=None,
     reward_fn=None, model=None, **preset_fields)``: ``model`` shares an already loaded
     :class:`~cosmos3_gym.model.Cosmos3Model` (its weights and ``weights_version`` too) instead
-    of loading the preset's model (one thread at a time may use a model; not with ``checkpoint``); every field of the preset (``envs/*.toml``, e.g.
-    ``num_steps``, ``action_mode``, ``kind``, ``checkpoint``, ``guidance_scale``) can be
-    overridden. ``checkpoint`` points at a local diffusers-layout Cosmos 3 directory.
+    of loading the preset's model (one thread at a time may use a model; not with ``checkpoint``);
+    every field of the preset (``envs/*.toml``, e.g. ``num_steps``, ``action_mode``, ``kind``,
+    ``checkpoint``, ``guidance_scale``) can be overridden. ``checkpoint`` points at a local
+    diffusers-layout Cosmos 3 directory.
     ``render_mode="rgb_array"``: ``render()`` returns the decoded x0-prediction as one
     uint8 image, the frames side by side (so ``RecordVideo`` records one filmstrip per step).
 

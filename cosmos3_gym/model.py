@@ -130,7 +130,7 @@ def _naming_component(path: Path, name: str):
     file, a tokenizer file that is not JSON) raises ``ValueError`` naming the checkpoint and it."""
     try:
         yield
-    except (OSError, ValueError, RuntimeError) as error:
+    except (OSError, ValueError) as error:  # not RuntimeError: out of memory is no fault of the files
         raise ValueError(f"checkpoint={str(path)!r}: component {name!r} does not load ({type(error).__name__}: "
                          f"{str(error)[:300]}); restore it from the original checkpoint") from error
 
