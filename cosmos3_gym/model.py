@@ -135,7 +135,7 @@ def _naming_component(path: Path, name: str):
                          f"{str(error)[:300]}); restore it from the original checkpoint") from error
 
 
-def _load_weights(cls, path: Path, name: str, dtype):
+def load_component(cls, path: Path, name: str, dtype):
     """Component ``name`` of ``path`` as ``cls``, refused unless the weights and its config agree:
     diffusers only warns about weights the config has no place for, or places the weights lack,
     and would run a config of 2 layers on a file of 4 as half a model."""
@@ -281,13 +281,13 @@ class Cosmos3Model:
         path = check_checkpoint(path)
         device = checked_device(device)
         dtype = dtype or default_dtype(device)
-        transformer = _load_weights(Cosmos3OmniTransformer, path, "transformer", dtype)
-        vae = _load_weights(AutoencoderKLWan, path, "vae", dtype)
+        transformer = load_component(Cosmos3OmniTransformer, path, "transformer", dtype)
+        vae = load_component(AutoencoderKLWan, path, "vae", dtype)
         sound_tokenizer = None
         if (path / "sound_tokenizer").is_dir():
             with warnings.catch_warnings():  # diffusers' decoder still calls torch's deprecated weight_norm
                 warnings.filterwarnings("ignore", r"`torch\.nn\.utils\.weight_norm` is deprecated", FutureWarning)
-                sound_tokenizer = _load_weights(Cosmos3AVAEAudioTokenizer, path, "sound_tokenizer", dtype)
+                sound_tokenizer = load_component(Cosmos3AVAEAudioTokenizer, path, "sound_tokenizer", dtype)
         with _naming_component(path, "text_tokenizer"):
             tokenizer = AutoTokenizer.from_pretrained(path / "text_tokenizer", trust_remote_code=False)
         scheduler_config = component_config(path, "scheduler")

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .args import parse_args, require_at_least
-from .model import Cosmos3Model
+from .model import Cosmos3Model, load_component
 from .packing import RowSpec, to_device
 from .streams import checked_domain
 from .tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
@@ -436,7 +436,7 @@ def _load_weights(components: dict, checkpoint: Path) -> None:
 
     components["transformer"].load_state_dict(
         load_file(checkpoint / "transformer" / "diffusion_pytorch_model.safetensors"))
-    components["vae"] = AutoencoderKLWan.from_pretrained(checkpoint / "vae", use_safetensors=True)
+    components["vae"] = load_component(AutoencoderKLWan, checkpoint, "vae", torch.float32)  # refused unless it fits
 
 
 def main(argv=None) -> int:
