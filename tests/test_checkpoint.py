@@ -30,17 +30,16 @@ def test_shipped_checkpoint_is_the_builders_model_trained(tmp_path):
     assert shipped.keys() == untrained.keys() and all(torch.equal(shipped[k], untrained[k]) for k in shipped)
     assert (TINY_CHECKPOINT / "text_tokenizer" / "tokenizer.json").read_text() == \
         (tmp_path / "text_tokenizer" / "tokenizer.json").read_text()
-    # Two runs: the base (VAE, then text-to-video), then every task continued from it.
-    base = json.loads((TINY_CHECKPOINT / "training_base.json").read_text())
-    assert base["command"].startswith("python -m cosmos3_gym.train_world_model")
-    assert base["args"]["data_seed"] == 0
-    losses = [r["loss"] for r in base["log"] if r["stage"] == "transformer"]
-    assert losses[-1] < 0.5 * losses[0]
+    # One run from scratch under 25 minutes: the VAE, then every task.
     record = json.loads((TINY_CHECKPOINT / "training.json").read_text())
-    assert "--init-from cosmos3_gym/assets/cosmos3-tiny" in record["command"] and record["args"]["vae_steps"] == 0
+    assert record["command"].startswith("python -m cosmos3_gym.train_world_model")
+    assert "continues" not in record and "--init-from" not in record["command"] and record["args"]["init_from"] == ""
+    assert record["args"]["data_seed"] == 0 and record["args"]["vae_steps"] > 0 and record["seconds"] < 1500
+    vae = [r["mse"] for r in record["log"] if r["stage"] == "vae"]
+    assert vae[-1] < 0.01 * vae[0]
     for task in ("t2v", "t2i", "forward_dynamics", "inverse_dynamics", "policy"):
         losses = [r["loss"] for r in record["log"] if r.get("task") == task]
-        assert len(losses) >= 2 and losses[-1] < losses[0], task
+        assert len(losses) >= 2 and losses[-1] < 0.5 * losses[0], task
     vae_config = json.loads((TINY_CHECKPOINT / "vae" / "config.json").read_text())
     assert vae_config["latents_std"] != [1.0] * 4  # normalisation fitted to the data
 
@@ -407,8 +406,8 @@ def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeyp
     """benchmarks/colour_source.py on the shipped weights: forward dynamics keeps the given frame's
     colour under the true, a swapped and the empty prompt (a run whose forward dynamics mapped each
     colour to another kept it in 6 of 32 chunks under each), though the given frame's latent code is
-    not the later frames' code of the same picture (1.6 times the code apart, against 0.4 between two
-    later frames). The swap names another colour; a batch of 5 leaves a partial last batch. Its VAE
+    not the later frames' code of the same picture (0.93 of the code's norm apart over 32 clips,
+    against 0.25 between two later frames). The swap names another colour; a batch of 5 leaves a partial last batch. Its VAE
     alone keeps the colour of the clips it encodes through the action canvas as well as plain
     (the VAEs of the runs that mapped colours kept it in 6 and 7 of 32 through the canvas, 32 plain)."""
     colour_source = _benchmark_script("colour_source", monkeypatch)
@@ -424,4 +423,4 @@ def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeyp
     assert all(counts[name]["frame"] >= 7 for name in colour_source.PROMPTS), counts
     # the copy is a translation: one still picture has two codes, frame 0 (alone) and 1 (four frames)
     frame_0_to_1, frame_1_to_2 = colour_source.still_clip_codes(model, args)
-    assert frame_0_to_1 > 1.0 and frame_0_to_1 > 2 * frame_1_to_2, (frame_0_to_1, frame_1_to_2)
+    assert frame_0_to_1 > 0.5 and frame_0_to_1 > 3 * frame_1_to_2, (frame_0_to_1, frame_1_to_2)
