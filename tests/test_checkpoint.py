@@ -407,8 +407,8 @@ def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeyp
     colour under the true, a swapped and the empty prompt (a run whose forward dynamics mapped each
     colour to another kept it in 6 of 32 chunks under each), though the given frame's latent code is
     not the later frames' code of the same picture (0.93 of the code's norm apart over 32 clips,
-    against 0.25 between two later frames). The swap names another colour; a batch of 5 leaves a partial last batch. Its VAE
-    alone keeps the colour of the clips it encodes through the action canvas as well as plain
+    against 0.25 between two later frames). The swap names another colour; a batch of 5 leaves a
+    partial last batch. Its VAE alone keeps the colour of the clips it encodes through the action canvas as well as plain
     (the VAEs of the runs that mapped colours kept it in 6 and 7 of 32 through the canvas, 32 plain)."""
     colour_source = _benchmark_script("colour_source", monkeypatch)
     names = list(COLORS)
