@@ -1,5 +1,7 @@
 """The examples run (at a small scale) and the notebook executes, so that none of them rots."""
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +42,10 @@ def test_policy_grpo_smoke(tmp_path):
     out = run("policy_grpo.py", "--num-groups", "2", "--group-size", "2", "--num-steps", "2", "--iterations", "2",
               tmp_path=tmp_path)
     assert "weights_version 2" in out and (tmp_path / "policy_grpo.png").exists()
+    record = json.loads((tmp_path / "policy_grpo.json").read_text())
+    first = float(re.search(r"over the first 1 iterations: ([0-9.]+)", out).group(1))
+    assert len(record["success_rate"]) == 2 and round(record["success_rate"][0], 3) == first
+    assert record["args"]["iterations"] == 2 and all(r in (0, 0.25, 0.5, 0.75, 1) for r in record["success_rate"])
 
 
 def test_dream_to_real_smoke(tmp_path):

@@ -94,3 +94,35 @@ def test_kl_needs_both_a_beta_and_a_reference(rollouts, tiny_model):
             grpo_update(policy, optimizer, rollouts, torch.zeros(4, 1), epochs=1, reference=tiny_model, kl_beta=beta)
     with pytest.raises(ValueError, match="reference is the policy itself"):
         grpo_update(policy, optimizer, rollouts, torch.zeros(4, 1), epochs=1, reference=policy, kl_beta=0.1)
+
+
+@pytest.mark.parametrize("streams", [None, ("action",)])
+def test_a_micro_batched_update_takes_the_whole_batch_step(rollouts, tiny_model, streams):
+    """Micro-batches of 3 and 1 of the 4 rollouts, gradients summed: the gradient, the step and the
+    loss of the one whole-batch pass (a second code path), up to the replay's float rounding."""
+    advantages = torch.tensor([[1.0], [-1.0], [0.5], [-0.5]])
+    results = []
+    for micro_batch in (None, 3):
+        policy = perturbed(1e-3)
+        optimizer = torch.optim.SGD(policy.transformer.parameters(), lr=1e-3)
+        loss = grpo_update(policy, optimizer, rollouts, advantages, epochs=1, streams=streams, reference=tiny_model,
+                           kl_beta=0.5, micro_batch=micro_batch)
+        trained = [p for p in policy.transformer.parameters() if p.grad is not None]  # the rest are unused here
+        results.append((loss, [p.grad.clone() for p in trained], [p.detach().clone() for p in trained]))
+    (whole_loss, whole_grads, whole_weights), (parts_loss, parts_grads, parts_weights) = results
+    assert parts_loss == pytest.approx(whole_loss, abs=1e-6)  # ratios ~1 times advantages ~1: 1e-6 is rounding
+    assert len(parts_grads) == len(whole_grads) and sum(float(g.abs().sum()) for g in whole_grads) > 0
+    for whole, parts in zip(whole_grads, parts_grads):
+        torch.testing.assert_close(parts, whole, rtol=1e-4, atol=1e-7)
+    for whole, parts in zip(whole_weights, parts_weights):
+        torch.testing.assert_close(parts, whole, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("micro_batch", [0, -2, 1.5, "4", True])
+def test_a_bad_micro_batch_is_refused_before_any_step(rollouts, micro_batch):
+    policy = perturbed(1e-3)
+    before = [p.detach().clone() for p in policy.transformer.parameters()]
+    optimizer = torch.optim.SGD(policy.transformer.parameters(), lr=1.0)
+    with pytest.raises(ValueError, match=rf"micro_batch={micro_batch!r} is invalid; use an int >= 1"):
+        grpo_update(policy, optimizer, rollouts, torch.ones(4, 1), epochs=1, micro_batch=micro_batch)
+    assert all(torch.equal(b, p) for b, p in zip(before, policy.transformer.parameters()))
