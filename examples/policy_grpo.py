@@ -4,11 +4,13 @@ Each iteration draws ``num_groups`` push tasks of the action world; ``group_size
 ``Cosmos3PolicyRollout-v0`` share each task's first frame and instruction and denoise video and
 action chunk together. The action chunks are executed in the true world
 (:func:`cosmos3_gym.world.push`); the reward is the progress toward the goal plus 1 on success.
-The joint video + action log-probs of the rollouts are trained with Flow-GRPO's clipped ratio
-(:mod:`cosmos3_gym.grpo`), optionally with a KL penalty to the starting model (``--kl-beta``),
-and the new weights go back into the env.
+The rollouts' log-probs (by default the exact log-density of the action chunk) are trained
+with Flow-GRPO's clipped ratio (:mod:`cosmos3_gym.grpo`), optionally with a KL penalty to the
+starting model (``--kl-beta``), and the new weights go back into the env. 64 chunks per
+iteration: with 16, no step size made the success rate rise on every seed
+(``benchmarks/policy_grpo.txt``).
 
-    python examples/policy_grpo.py   # about 40 minutes on a 2-core CPU; out/policy_grpo.png and .json
+    python examples/policy_grpo.py   # about 35 minutes on a 2-core CPU; out/policy_grpo.png and .json
 """
 
 from __future__ import annotations
