@@ -1,6 +1,6 @@
 """The sweep behind ``examples/policy_grpo.py``'s defaults: flag sets x seeds, many runs at once.
 
-    python benchmarks/policy_grpo_sweep.py --parallel 16      # benchmarks/policy_grpo.txt (one H200, ~30 min)
+    python benchmarks/policy_grpo_sweep.py --parallel 16      # benchmarks/policy_grpo.txt (one H200, ~40 min)
 
 Each run is the example itself, one process with one CPU thread; a flag set counts when its
 success rate rises across seeds, not on one seed (the first and the last fifth of the iterations

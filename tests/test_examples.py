@@ -81,3 +81,17 @@ def test_explore_notebook_executes(tmp_path):
     assert "children share the parent's first 3 steps: [True, True, True]" in outputs
     images = [o for cell in notebook.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) >= 3
+
+
+def test_policy_grpo_sweep_reports_each_run_from_its_record(tmp_path):
+    """benchmarks/policy_grpo_sweep.py: the first and last fifth it prints are the record's; a run
+    that fails before its first iteration is named, not averaged in."""
+    tiny = "--num-groups 2 --group-size 2 --num-steps 1 --iterations 2"
+    result = subprocess.run([sys.executable, str(EXAMPLES.parent / "benchmarks" / "policy_grpo_sweep.py"),
+                             "--flag-sets", f"{tiny};{tiny} --micro-batch 0", "--seeds", "0", "--parallel", "2",
+                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    success = json.loads((tmp_path / "0-s0" / "policy_grpo.json").read_text())["success_rate"]
+    assert f"{tiny}: seed 0, 2 it: {success[0]:.3f} -> {success[1]:.3f}; mean" in result.stdout
+    assert f"{tiny} --micro-batch 0 --seed 0: no iteration recorded" in result.stdout
+    assert "--micro-batch 0 is too small" in (tmp_path / "1-s0" / "log.txt").read_text()
