@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from cosmos3_gym.args import parse_args, require_at_least
+from cosmos3_gym.plots import first_and_last
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "policy_grpo.py"
 
@@ -41,17 +42,14 @@ class SweepArgs:
 
 
 def run(flags: str, seed: int, out: Path) -> Path:
-    """One run of the example; its per-iteration record."""
+    """One run of the example; its per-iteration record (an earlier sweep's is removed first, so a
+    run that fails at once is reported as failed, not as that record)."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / "policy_grpo.json").unlink(missing_ok=True)
     with open(out / "log.txt", "w") as log:
         subprocess.run([sys.executable, str(EXAMPLE), *flags.split(), "--seed", str(seed), "--out", str(out)],
                        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return out / "policy_grpo.json"
-
-
-def first_and_last_fifth(success: list[float]) -> tuple[float, float]:
-    window = max(1, len(success) // 5)
-    return float(np.mean(success[:window])), float(np.mean(success[-window:]))
 
 
 def main(args: SweepArgs) -> None:
@@ -67,7 +65,7 @@ def main(args: SweepArgs) -> None:
                 print(f"{flags} --seed {seed}: no iteration recorded; see {record.parent / 'log.txt'}")
                 continue
             success = json.loads(record.read_text())["success_rate"]
-            rows.append((seed, len(success), *first_and_last_fifth(success)))
+            rows.append((seed, len(success), *first_and_last(success, windows=5)[:2]))
         runs = " | ".join(f"seed {s}, {n} it: {a:.3f} -> {b:.3f}" for s, n, a, b in rows)
         means = f"mean {np.mean([r[2] for r in rows]):.3f} -> {np.mean([r[3] for r in rows]):.3f}" if rows else "no run"
         print(f"{flags}: {runs}; {means}")

@@ -28,7 +28,7 @@ import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.args import parse_args, require_at_least
 from cosmos3_gym.grpo import checked_kl_beta, group_advantages, grpo_update
 from cosmos3_gym.model import Cosmos3Model
-from cosmos3_gym.plots import reward_curve
+from cosmos3_gym.plots import first_and_last, reward_curve
 from cosmos3_gym.world import draw, push, sample_task, task_reward
 
 
@@ -109,8 +109,9 @@ def main(args: Args) -> None:
                                        points="batch", windows=5)
     print(f"success rate over the first {window} iterations: {first:.3f}; over the last {window}: {last:.3f} "
           f"({num_envs} action chunks per iteration, weights_version {venv.weights_version})")
-    print(f"mean true-world reward over the first {window} iterations: {np.mean(mean_rewards[:window]):.3f}; over "
-          f"the last {window}: {np.mean(mean_rewards[-window:]):.3f}")
+    first_reward, last_reward, _ = first_and_last(mean_rewards, windows=5)
+    print(f"mean true-world reward over the first {window} iterations: {first_reward:.3f}; over "
+          f"the last {window}: {last_reward:.3f}")
     print(f"wrote {out / 'policy_grpo.png'}")
 
 

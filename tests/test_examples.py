@@ -85,8 +85,10 @@ def test_explore_notebook_executes(tmp_path):
 
 def test_policy_grpo_sweep_reports_each_run_from_its_record(tmp_path):
     """benchmarks/policy_grpo_sweep.py: the first and last fifth it prints are the record's; a run
-    that fails before its first iteration is named, not averaged in."""
+    that fails before its first iteration is named, not averaged in (nor an earlier sweep's record)."""
     tiny = "--num-groups 2 --group-size 2 --num-steps 1 --iterations 2"
+    (tmp_path / "1-s0").mkdir()
+    (tmp_path / "1-s0" / "policy_grpo.json").write_text('{"success_rate": [0.5, 0.5]}')
     result = subprocess.run([sys.executable, str(EXAMPLES.parent / "benchmarks" / "policy_grpo_sweep.py"),
                              "--flag-sets", f"{tiny};{tiny} --micro-batch 0", "--seeds", "0", "--parallel", "2",
                              "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
