@@ -85,7 +85,8 @@ def test_explore_notebook_executes(tmp_path):
 
 def test_policy_grpo_sweep_reports_each_run_from_its_record(tmp_path):
     """benchmarks/policy_grpo_sweep.py: the first and last fifth it prints are the record's; a run
-    that fails before its first iteration is named, not averaged in (nor an earlier sweep's record)."""
+    that fails before its first iteration is named, not averaged in (nor an earlier sweep's record);
+    the figure is written."""
     tiny = "--num-groups 2 --group-size 2 --num-steps 1 --iterations 2"
     (tmp_path / "1-s0").mkdir()
     (tmp_path / "1-s0" / "policy_grpo.json").write_text('{"success_rate": [0.5, 0.5]}')
@@ -97,3 +98,4 @@ def test_policy_grpo_sweep_reports_each_run_from_its_record(tmp_path):
     assert f"{tiny}: seed 0, 2 it: {success[0]:.3f} -> {success[1]:.3f}; mean" in result.stdout
     assert f"{tiny} --micro-batch 0 --seed 0: no iteration recorded" in result.stdout
     assert "--micro-batch 0 is too small" in (tmp_path / "1-s0" / "log.txt").read_text()
+    assert (tmp_path / "policy_grpo_sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
