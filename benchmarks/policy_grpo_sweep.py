@@ -36,6 +36,8 @@ class SweepArgs:
 
     def __post_init__(self):
         require_at_least(self, parallel=1)
+        if not all(seed.strip().isdigit() for seed in self.seeds.split(",")):
+            raise ValueError(f"--seeds {self.seeds!r}: give seeds as integers >= 0 separated by ',', e.g. 0,1,2,3")
 
 
 def run(flags: str, seed: int, out: Path) -> None:

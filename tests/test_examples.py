@@ -99,3 +99,11 @@ def test_policy_grpo_sweep_reports_each_run_from_its_record(tmp_path):
     assert f"{tiny} --micro-batch 0 --seed 0: no iteration recorded" in result.stdout
     assert "--micro-batch 0 is too small" in (tmp_path / "1-s0" / "log.txt").read_text()
     assert (tmp_path / "policy_grpo_sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("seeds", ["0,x", "", "0,,1", "-1"])
+def test_policy_grpo_sweep_refuses_bad_seeds_before_any_run(seeds, tmp_path):
+    result = subprocess.run([sys.executable, str(EXAMPLES.parent / "benchmarks" / "policy_grpo_sweep.py"),
+                             "--seeds", seeds, "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and f"--seeds {seeds!r}: give seeds as integers" in result.stderr, result.stderr
+    assert not any(tmp_path.iterdir())
