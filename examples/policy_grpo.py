@@ -8,10 +8,10 @@ The rollouts' log-probs (by default the exact log-density of the action chunk) a
 with Flow-GRPO's clipped ratio (:mod:`cosmos3_gym.grpo`), optionally with a KL penalty to the
 starting model (``--kl-beta``), and the new weights go back into the env. At these defaults
 (64 chunks per iteration, lr 2e-4, 80 iterations) the success rate rose on each of four seeds on an
-H200, from 0.08 to 0.73 on average; with 16 chunks per iteration, or lr 5e-5, it barely moves
-(``benchmarks/policy_grpo.txt``, ``benchmarks/policy_grpo_sweep.py``).
+H200, from 0.08 to 0.73 on average; at lr 5e-5 it reached 0.14, and with 16 chunks per
+iteration it barely moves (``benchmarks/policy_grpo.txt``, ``benchmarks/policy_grpo_sweep.py``).
 
-    python examples/policy_grpo.py   # ~12 s per iteration on an H200 shared by 12 runs, ~1 min on a 2-core CPU;
+    python examples/policy_grpo.py   # ~12 s per iteration on an H200 shared by 12 runs, ~35 s (47 min) on a 2-core CPU;
                                      # out/policy_grpo.png and .json
 """
 
