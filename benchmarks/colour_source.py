@@ -31,12 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from cosmos3_gym.args import parse_args, require_at_least
+from cosmos3_gym.train.args import parse_args, require_at_least
 from cosmos3_gym.evaluate import generations
-from cosmos3_gym.model import Cosmos3Model
-from cosmos3_gym.presets import load_preset
-from cosmos3_gym.vector_env import Cosmos3RolloutVectorEnv
-from cosmos3_gym.world import COLORS, action_chunks, detect
+from cosmos3_gym.model.model import Cosmos3Model
+from cosmos3_gym.env.presets import load_preset
+from cosmos3_gym.env.vector_env import Cosmos3RolloutVectorEnv
+from cosmos3_gym.rollout.procedural_world import COLORS, action_chunks, detect
 
 PROMPTS = ("true", "swapped", "empty")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cosmos3_gym.args import parse_args
-from cosmos3_gym.tiny_model import build_tiny_components
-from cosmos3_gym.train_world_model import (SceneBatches, TrainArgs, _load_weights, _pixels, flow_matching_loss,
+from cosmos3_gym.train.args import parse_args
+from cosmos3_gym.model.tiny_model import build_tiny_components
+from cosmos3_gym.train.world_model import (SceneBatches, TrainArgs, _load_weights, _pixels, flow_matching_loss,
                                           trainable_model, training_batch)
 
 OPPOSITES = (("to the right", "to the left"), ("rises", "falls"), (" up", " down"))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cosmos3_gym.args import parse_args, require_at_least
-from cosmos3_gym.plots import first_and_last
+from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.train.plots import first_and_last
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "policy_grpo.py"
 

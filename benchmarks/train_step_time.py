@@ -17,18 +17,18 @@ from dataclasses import dataclass
 
 import torch
 
-from cosmos3_gym.args import parse_args, require_at_least
+from cosmos3_gym.train.args import parse_args, require_at_least
 from cosmos3_gym.bench import sync_device
-from cosmos3_gym.model import Cosmos3Model
-from cosmos3_gym.tiny_model import build_tiny_components
-from cosmos3_gym.train_world_model import TASKS, TrainArgs, train_transformer, trainable_model
+from cosmos3_gym.model.model import Cosmos3Model
+from cosmos3_gym.model.tiny_model import build_tiny_components
+from cosmos3_gym.train.world_model import TASKS, TrainArgs, train_transformer, trainable_model
 
 
 @dataclass
 class TimeArgs:
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     batches: str = "128,256,512"
-    tasks: str = "t2i,forward_dynamics"  # tasks of cosmos3_gym.train_world_model.TASKS, timed one at a time
+    tasks: str = "t2i,forward_dynamics"  # tasks of cosmos3_gym.train.world_model.TASKS, timed one at a time
     short: int = 3
     long: int = 13
     action_pool: int = 256

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import torch
 from diffusers import AutoencoderKLWan
 
-from cosmos3_gym.args import parse_args
+from cosmos3_gym.train.args import parse_args
 from cosmos3_gym.bench import sync_device
-from cosmos3_gym.tiny_model import TINY_CHECKPOINT, build_tiny_components
-from cosmos3_gym.train_world_model import NUM_FRAMES, SIZE, TrainArgs, _pixels, train_vae
-from cosmos3_gym.world import dataset
+from cosmos3_gym.model.tiny_model import TINY_CHECKPOINT, build_tiny_components
+from cosmos3_gym.train.world_model import NUM_FRAMES, SIZE, TrainArgs, _pixels, train_vae
+from cosmos3_gym.rollout.procedural_world import dataset
 
 
 @dataclass

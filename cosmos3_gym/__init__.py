@@ -19,9 +19,10 @@ except ModuleNotFoundError:  # Python < 3.11
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Cosmos3Model": "model", "Cosmos3RolloutEnv": "env", "Preset": "presets", "load_preset": "presets",
-    "all_presets": "presets", "RolloutEngine": "engine", "SDEStep": "sde", "sde_step": "sde",
-    "Trajectory": "trajectory", "replay_log_probs": "transition",
+    "Cosmos3Model": "model.model", "Cosmos3RolloutEnv": "env.rollout_env", "Preset": "env.presets",
+    "load_preset": "env.presets", "all_presets": "env.presets", "RolloutEngine": "rollout.engine",
+    "SDEStep": "rollout.sde", "sde_step": "rollout.sde", "Trajectory": "rollout.trajectory",
+    "replay_log_probs": "rollout.transition",
 }
 
 
@@ -29,7 +30,7 @@ def preset_tables() -> dict[str, dict]:
     """The raw (unvalidated) TOML of each ``envs/*.toml`` (package data), by env id, in file-name order.
 
     Reads TOML only, so that registering the ids and building the CLI's parser need no torch."""
-    folder = resources.files(__name__) / "envs"
+    folder = resources.files(f"{__name__}.env") / "envs"
     files = sorted((p for p in folder.iterdir() if p.name.endswith(".toml")), key=lambda p: p.name)
     tables = [tomllib.loads(p.read_text()) for p in files]
     return {table["id"]: table for table in tables}
@@ -41,8 +42,8 @@ def _register_presets() -> list[str]:
         if env_id not in gym.registry:
             gym.register(
                 id=env_id,
-                entry_point="cosmos3_gym.env:Cosmos3RolloutEnv",
-                vector_entry_point="cosmos3_gym.ray_env:make_vector_env",  # num_workers=W: on Ray
+                entry_point="cosmos3_gym.env.rollout_env:Cosmos3RolloutEnv",
+                vector_entry_point="cosmos3_gym.env.ray_env:make_vector_env",  # num_workers=W: on Ray
                 kwargs={"preset": env_id},
                 # Gymnasium's passive checker marks its first reset as done before running it, so a
                 # first reset that raises (a bad option) breaks the first step of the next episode.
@@ -61,8 +62,8 @@ def _register_worlds() -> list[str]:
               "Cosmos3World-v0": ("Cosmos3WorldEnv", "Cosmos3WorldVectorEnv")}
     for env_id, (entry, vector) in worlds.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=f"cosmos3_gym.world_env:{entry}",
-                         vector_entry_point=vector and f"cosmos3_gym.world_env:{vector}", disable_env_checker=True)
+            gym.register(id=env_id, entry_point=f"cosmos3_gym.world.envs:{entry}",
+                         vector_entry_point=vector and f"cosmos3_gym.world.envs:{vector}", disable_env_checker=True)
     return list(worlds)
 
 

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .model import Cosmos3Model, compiles_by_default
-from .packing import PackedRows
-from .tiny_model import SCHEDULER_CONFIG, build_tiny_tokenizer
-from .transition import pack_cfg_rows, replay_log_probs
+from .model.model import Cosmos3Model, compiles_by_default
+from .model.packing import PackedRows
+from .model.tiny_model import SCHEDULER_CONFIG, build_tiny_tokenizer
+from .rollout.transition import pack_cfg_rows, replay_log_probs
 
 MODEL_CONFIGS = {
     "edge": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
@@ -116,7 +116,7 @@ def bench_cpu(num_envs: int, num_steps: int, episodes: int, env_id: str) -> None
     import gymnasium as gym
     from tqdm import tqdm
 
-    from .vector_env import Cosmos3RolloutVectorEnv
+    from .env.vector_env import Cosmos3RolloutVectorEnv
 
     speedups = {}
     for reward in (None, "none"):
@@ -265,7 +265,7 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     progress bars on stderr). ``mode``: ``t2v`` or an action mode (:data:`BENCH_MODES`), where
     every env conditions on its own frame (and actions), encoded at every reset as the pipeline
     encodes it at every call."""
-    from .vector_env import Cosmos3RolloutVectorEnv
+    from .env.vector_env import Cosmos3RolloutVectorEnv
 
     device = torch.device(device)
     on_gpu = device.type == "cuda"
@@ -322,7 +322,7 @@ def measure_workers(env_id: str, num_envs: int, workers: int, episodes: int, mod
                     ) -> dict[int, float]:
     """Samples/s of the same episodes on 1 and on ``workers`` Ray workers (each building its model
     with ``model_factory``), and whether env ``i``'s log-probs agree between the two."""
-    from .ray_env import Cosmos3RayVectorEnv
+    from .env.ray_env import Cosmos3RayVectorEnv
 
     rates, log_probs = {}, {}
     for count in (1, workers):
@@ -369,7 +369,7 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
     step for all envs, decoded, read by the detector) against diffusers' pipeline in
     forward-dynamics mode called once per env and chunk, decoded to frames, on the same model:
     the embedded one (``model="tiny"``) or random weights at a real size with action heads."""
-    from .world_env import Cosmos3WorldVectorEnv
+    from .world.envs import Cosmos3WorldVectorEnv
 
     device = torch.device(device)
     on_gpu = device.type == "cuda"

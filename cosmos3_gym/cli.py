@@ -244,7 +244,7 @@ def _check_outputs(parser, args) -> None:
 
 def _check_device(parser, args) -> None:
     """Resolve --device (default: cuda if available) and refuse one torch cannot use, before any model loads."""
-    from .model import checked_device
+    from .model.model import checked_device
 
     try:
         args.device = str(checked_device(args.device, name="argument --device", cpu_hint="--device cpu"))
@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance in [1, 10]; 1 runs "
                    "no unconditional pass (default: the preset's, 4)")
     p.add_argument("--checkpoint", default=None, metavar="DIR", help="score these weights: a local diffusers-layout "
-                   "Cosmos 3 checkpoint, such as the --out of python -m cosmos3_gym.train_world_model (default: the "
+                   "Cosmos 3 checkpoint, such as the --out of python -m cosmos3_gym.train.world_model (default: the "
                    "preset's, the embedded model)")
     p.set_defaults(func=evaluate)
     parser.commands = sub.choices
@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Parse, check every input and output path (exit 2 on a bad one), set torch's threads, run the command."""
-    from .threads import configure_threads
+    from .model.threads import configure_threads
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -372,7 +372,7 @@ def main(argv=None) -> int:
                                  "and one per action of the chunk)")
     if args.command == "evaluate":
         if args.checkpoint is not None:
-            from .model import check_checkpoint
+            from .model.model import check_checkpoint
 
             if not args.checkpoint.strip():
                 command_parser.error(f"argument --checkpoint: {args.checkpoint!r} is empty; pass a checkpoint "

@@ -1,8 +1,8 @@
 """Prompt adherence of an env's generations, measured with the world's detector.
 
 ``cosmos3-gym evaluate`` generates videos for captions of the procedural world
-(:mod:`cosmos3_gym.world`) with the env's default actions, reads each video back with
-:func:`~cosmos3_gym.world.detect`, and reports colour and direction accuracy against what
+(:mod:`cosmos3_gym.rollout.procedural_world`) with the env's default actions, reads each video back with
+:func:`~cosmos3_gym.rollout.procedural_world.detect`, and reports colour and direction accuracy against what
 the caption asked for (chance: 25 % each). For the action rollouts it scores the world model
 against the action world's ground truth (:func:`action_accuracy`): forward dynamics by the
 object's position and colour in the imagined frames, inverse dynamics by the cosine between
@@ -15,8 +15,8 @@ from collections import Counter
 
 import numpy as np
 
-from .vector_env import Cosmos3RolloutVectorEnv
-from .world import MAX_SPEED, SUCCESS_RADIUS, action_chunks, dataset, detect, goal_distance, push
+from .env.vector_env import Cosmos3RolloutVectorEnv
+from .rollout.procedural_world import MAX_SPEED, SUCCESS_RADIUS, action_chunks, dataset, detect, goal_distance, push
 
 
 def adherence(env_id: str = "Cosmos3Rollout-v0", samples: int = 128, seed: int = 2024, batch: int = 32,
@@ -152,7 +152,7 @@ def report(result: dict) -> str:
             lines.append("colour confusions (task, seen) over imagined frames: " + _confusions(result["confusions"]))
         return "\n".join(lines)
     lines = [f"env {result['env_id']} {result['overrides'] or ''}, {result['samples']} samples, "
-             f"captions from cosmos3_gym.world.dataset(seed={result['seed']})"
+             f"captions from cosmos3_gym.rollout.procedural_world.dataset(seed={result['seed']})"
              + ("" if result.get("num_frames", 2) > 1 else " (image captions: no motion)"),
              f"color_accuracy: {result['color_accuracy']:.1%}   (target >= 80 %, chance 25 %)",
              f"direction_accuracy: {result['direction_accuracy']:.1%}   (target >= 70 %, chance 25 %)"

@@ -28,10 +28,10 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.args import parse_args, require_at_least
-from cosmos3_gym.model import check_checkpoint
-from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
-from cosmos3_gym.world_env import Cosmos3WorldVectorEnv
+from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.model.model import check_checkpoint
+from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
+from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
 
 
 @dataclass

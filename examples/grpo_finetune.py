@@ -23,10 +23,10 @@ import torch
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.args import parse_args, require_at_least
-from cosmos3_gym.grpo import group_advantages, grpo_update
-from cosmos3_gym.model import Cosmos3Model
-from cosmos3_gym.plots import reward_curve
+from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.train.grpo import group_advantages, grpo_update
+from cosmos3_gym.model.model import Cosmos3Model
+from cosmos3_gym.train.plots import reward_curve
 
 
 @dataclass

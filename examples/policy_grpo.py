@@ -3,9 +3,9 @@
 Each iteration draws ``num_groups`` push tasks of the action world; ``group_size`` envs of
 ``Cosmos3PolicyRollout-v0`` share each task's first frame and instruction and denoise video and
 action chunk together. The action chunks are executed in the true world
-(:func:`cosmos3_gym.world.push`); the reward is the progress toward the goal plus 1 on success.
+(:func:`cosmos3_gym.rollout.procedural_world.push`); the reward is the progress toward the goal plus 1 on success.
 The rollouts' log-probs (by default the exact log-density of the action chunk) are trained
-with Flow-GRPO's clipped ratio (:mod:`cosmos3_gym.grpo`), optionally with a KL penalty to the
+with Flow-GRPO's clipped ratio (:mod:`cosmos3_gym.train.grpo`), optionally with a KL penalty to the
 starting model (``--kl-beta``), and the new weights go back into the env. At these defaults
 (64 chunks per iteration, lr 2e-4, 80 iterations) the success rate rose on each of four seeds on an
 H200, from 0.08 to 0.73 on average; at lr 5e-5 it reached 0.14, and with 16 chunks per
@@ -27,11 +27,11 @@ import torch
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.args import parse_args, require_at_least
-from cosmos3_gym.grpo import checked_kl_beta, group_advantages, grpo_update
-from cosmos3_gym.model import Cosmos3Model
-from cosmos3_gym.plots import first_and_last, reward_curve
-from cosmos3_gym.world import draw, push, sample_task, task_reward
+from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.train.grpo import checked_kl_beta, group_advantages, grpo_update
+from cosmos3_gym.model.model import Cosmos3Model
+from cosmos3_gym.train.plots import first_and_last, reward_curve
+from cosmos3_gym.rollout.procedural_world import draw, push, sample_task, task_reward
 
 
 @dataclass

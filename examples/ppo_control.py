@@ -18,9 +18,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 from tqdm import tqdm
 
-from cosmos3_gym.args import parse_args, require_at_least
-from cosmos3_gym.plots import reward_curve
-from cosmos3_gym.sb3 import Cosmos3SB3VecEnv
+from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.train.plots import reward_curve
+from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
 
 
 @dataclass

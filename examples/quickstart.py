@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.args import parse_args, require_at_least
+from cosmos3_gym.train.args import parse_args, require_at_least
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

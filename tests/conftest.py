@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.model import Cosmos3Model
+from cosmos3_gym.model.model import Cosmos3Model
 
 # One intra-op thread: the tiny model's ops are too small to gain from more, and on a busy
 # machine torch's spinning worker threads slow everything 50-200x (see README, "Threads").

@@ -10,7 +10,7 @@ import torch
 
 import cosmos3_gym
 from cosmos3_gym import cli
-from cosmos3_gym.threads import configure_threads
+from cosmos3_gym.model.threads import configure_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,7 +166,7 @@ def test_evaluate_passes_the_sampler_flags_to_the_envs(tmp_path, capsys, keep_th
 def test_evaluate_scores_the_checkpoint_it_is_given(tmp_path, capsys, keep_threads):
     """--checkpoint scores other weights (here untrained ones) exactly as the envs load them."""
     from cosmos3_gym.evaluate import adherence, report
-    from cosmos3_gym.tiny_model import build_tiny_checkpoint
+    from cosmos3_gym.model.tiny_model import build_tiny_checkpoint
 
     build_tiny_checkpoint(tmp_path / "untrained")
     argv = ["evaluate", "--env", "Cosmos3RolloutT2I-v0", "--device", "cpu", "--samples", "8",

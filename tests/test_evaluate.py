@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cosmos3_gym import evaluate
-from cosmos3_gym.world import BACKGROUND, COLORS, action_chunks
+from cosmos3_gym.rollout.procedural_world import BACKGROUND, COLORS, action_chunks
 
 SAMPLES, SEED, CHUNK = 12, 2024, 8
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from cosmos3_gym.bench import random_model
-from cosmos3_gym.packing import RowSpec
-from cosmos3_gym.vector_env import Cosmos3RolloutVectorEnv
+from cosmos3_gym.model.packing import RowSpec
+from cosmos3_gym.env.vector_env import Cosmos3RolloutVectorEnv
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -72,9 +72,9 @@ def test_leading_frames_encode_alone_on_the_wan22_vae():
 def test_an_action_batch_reaches_the_transformer_without_waiting_for_the_device():
     """The trainer's batch, its packing and the transformer's inputs copy from the host asynchronously:
     under sync debug mode "error" any blocking copy or read-back raises. The inputs keep their values."""
-    from cosmos3_gym.packing import to_device
-    from cosmos3_gym.tiny_model import build_tiny_components
-    from cosmos3_gym.train_world_model import ActionPool, TrainArgs, trainable_model, training_batch
+    from cosmos3_gym.model.packing import to_device
+    from cosmos3_gym.model.tiny_model import build_tiny_components
+    from cosmos3_gym.train.world_model import ActionPool, TrainArgs, trainable_model, training_batch
 
     model = trainable_model(build_tiny_components(0), "cuda")
     args = TrainArgs(device="cuda", batch=8, action_pool=8)

@@ -1,0 +1,134 @@
+"""What the single and the vector env share: spaces, engine construction, input checks.
+
+Every check here raises before anything changes, so a rejected call leaves the env usable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from ..rollout.engine import ActionTask, RolloutEngine
+from ..model.model import Cosmos3Model
+from ..rollout.streams import OBS_KEYS
+from .presets import Preset
+from ..model.tiny_model import TINY_CHECKPOINT
+
+
+def build_engine(preset: Preset, num_slots: int, device=None, dtype=None,
+                 model: Cosmos3Model | None = None) -> RolloutEngine:
+    """An engine for ``preset``; ``model`` reuses an already loaded model instead of loading one."""
+    if model is not None and not isinstance(model, Cosmos3Model):
+        raise ValueError(f"model={model!r} is not a Cosmos3Model; load one with Cosmos3Model.from_pretrained(...)")
+    if model is not None and preset.checkpoint:
+        raise ValueError(f"checkpoint={preset.checkpoint!r} and model= were both given; pass one: model= shares a "
+                         "Cosmos3Model already loaded, checkpoint= loads one")
+    if isinstance(dtype, str):
+        names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        if dtype not in names:
+            raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(names)} or a torch.dtype")
+        dtype = names[dtype]
+    if dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype={dtype!r} is not supported; use torch.float32, torch.bfloat16 or torch.float16")
+    if model is None:
+        model = Cosmos3Model.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device, dtype=dtype)
+    grid = preset.sigma_grid_for(model.scheduler, model.pipeline.config.use_native_flow_schedule)
+    action = None
+    if preset.action_task:
+        action = ActionTask(preset.conditioning, chunk=preset.num_frames - 1,
+                            resolution_tier=preset.resolution_tier, view_point=preset.view_point)
+    return RolloutEngine(model, num_slots, num_frames=preset.num_frames, height=preset.height,
+                         width=preset.width, fps=preset.fps, grid=grid, kind=preset.kind,
+                         max_prompt_tokens=preset.max_prompt_tokens, sound=preset.sound, action=action)
+
+
+def _latent_boxes(stream_shapes: dict) -> dict:
+    """One unbounded float32 Box per generated stream, under its observation key."""
+    return {OBS_KEYS[name]: spaces.Box(-np.inf, np.inf, shape=tuple(shape), dtype=np.float32)
+            for name, shape in stream_shapes.items()}
+
+
+def observation_space(stream_shapes: dict, num_steps: int) -> spaces.Dict:
+    return spaces.Dict({
+        **_latent_boxes(stream_shapes),
+        "sigma": spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32),
+        "step": spaces.Box(0, num_steps, shape=(1,), dtype=np.int64),
+    })
+
+
+def action_space(preset: Preset, stream_shapes: dict) -> spaces.Space:
+    if preset.action_mode == "noise":  # the step's noise: a Box, or a Dict of Boxes with several streams
+        boxes = _latent_boxes(stream_shapes)
+        return boxes["latent"] if len(boxes) == 1 else spaces.Dict(boxes)
+    low = np.array([preset.guidance_bounds[0], preset.noise_level_bounds[0]], dtype=np.float32)
+    high = np.array([preset.guidance_bounds[1], preset.noise_level_bounds[1]], dtype=np.float32)
+    return spaces.Box(low, high, dtype=np.float32)
+
+
+CONTROL_HINT = ("(guidance_scale, noise_level); clip it or widen the preset's guidance_bounds / "
+                "noise_level_bounds")
+
+
+def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple = (), device="cpu",
+                   bounds_hint: str = CONTROL_HINT):
+    """The action as a float32 tensor of shape ``batch_shape + space.shape`` on ``device`` (for a
+    ``Dict`` space: a dict of them, one per key).
+
+    Accepts numpy arrays, torch tensors and nested lists; raises ``ValueError`` saying what is wrong
+    (``bounds_hint``: what the bounded entries mean and how to fix an out-of-bounds one).
+    """
+    if isinstance(space, spaces.Dict):
+        if not isinstance(action, dict) or set(action) != set(space.spaces):
+            got = sorted(action) if isinstance(action, dict) else type(action).__name__
+            raise ValueError(f"action is {got}; expected a dict with keys {sorted(space.spaces)} (one noise per stream)")
+        return {key: checked_action(action[key], box, batch_shape, device) for key, box in space.spaces.items()}
+    expected = batch_shape + space.shape
+    tensor = action if isinstance(action, torch.Tensor) else None
+    if tensor is None:
+        try:
+            array = np.asarray(action)
+        except ValueError:  # ragged nested lists
+            raise ValueError(f"action is a ragged nested sequence; expected an array of shape {expected}") from None
+        if array.dtype.kind not in "fiu":
+            raise ValueError(f"action has dtype {array.dtype}; expected real numbers (float32) of shape {expected}")
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+    elif tensor.dtype.is_complex or tensor.dtype == torch.bool:
+        raise ValueError(f"action has dtype {tensor.dtype}; expected real numbers (float32) of shape {expected}")
+    elif tensor.is_meta or tensor.layout != torch.strided:
+        raise ValueError(f"action is a {'meta' if tensor.is_meta else str(tensor.layout)} tensor; expected a dense "
+                         f"tensor with data, of shape {expected}")
+    if tuple(tensor.shape) != expected:
+        raise ValueError(f"action has shape {tuple(tensor.shape)}; expected {expected}")
+    exact = tensor.to(device=device, dtype=torch.float64)  # bounds are checked before rounding to float32
+    tensor = tensor.to(device=device, dtype=torch.float32)
+    not_finite = ~torch.isfinite(tensor)
+    if bool(not_finite.any()):
+        first = tuple(not_finite.nonzero()[0].tolist())
+        raise ValueError(f"action holds NaN or Inf in float32 ({int(not_finite.sum())} of {tensor.numel()} entries; "
+                         f"the first, action{list(first)} = {float(exact[first]):g}); every entry must be finite")
+    if np.isfinite(space.low).all() and np.isfinite(space.high).all():
+        low = torch.as_tensor(space.low, device=device, dtype=torch.float64)
+        high = torch.as_tensor(space.high, device=device, dtype=torch.float64)
+        outside = (exact < low) | (exact > high)
+        if bool(outside.any()):
+            first = tuple(outside.nonzero()[0].tolist())
+            shown = tensor.tolist() if tensor.numel() <= 8 else (
+                f"array ({int(outside.sum())} entries outside; the first, action{list(first)} = {float(exact[first]):g})")
+            uniform = space.low.min() == space.low.max() and space.high.min() == space.high.max()
+            bounds = (f"[{space.low.min():g}, {space.high.max():g}] (every entry)" if uniform
+                      else f"low={space.low.tolist()}, high={space.high.tolist()}")
+            raise ValueError(f"action {shown} lies outside the action space bounds {bounds} {bounds_hint}")
+    return tensor
+
+
+def checked_options(options: dict | None, allowed: tuple[str, ...], hint: str = "") -> dict:
+    """A copy of ``options``; raises ``ValueError`` naming any key not in ``allowed`` (then ``hint``)."""
+    if options is not None and not isinstance(options, dict):
+        raise ValueError(f"options={options!r} is not a dict; allowed keys: {list(allowed)}")
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown reset option(s) {unknown}; allowed: {list(allowed)}{hint}")
+    return options
+

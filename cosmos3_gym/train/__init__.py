@@ -1,0 +1,1 @@
+"""The trainer's side: the GRPO update and the world-model trainer (with the examples' helpers)."""

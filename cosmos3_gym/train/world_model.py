@@ -1,0 +1,479 @@
+"""Train the embedded tiny Cosmos 3 on the procedural world (cosmos3_gym.rollout.procedural_world).
+
+    python -m cosmos3_gym.train.world_model --device cuda            # the shipped weights (H200, minutes)
+    python -m cosmos3_gym.train.world_model --device cpu --vae-steps 100 --steps 200 --out /tmp/tiny
+    python -m cosmos3_gym.train.world_model --init-from cosmos3_gym/assets/cosmos3-tiny --vae-steps 0 ...
+
+Stage 1 fits the tiny ``AutoencoderKLWan`` (reconstruction + a small KL term) on the world's
+scenes and on action clips encoded as the action tasks encode them (a corner of the tier's padded
+canvas), and sets its ``latents_mean``/``latents_std`` from the data. Stage 2 fits the tiny
+``Cosmos3OmniTransformer`` with the flow-matching objective in exactly the convention
+``Cosmos3OmniPipeline`` samples with: ``x_sigma = (1 - sigma) x0 + sigma noise``, target
+velocity ``noise - x0``, model time ``1000 sigma``, prompts through the pipeline's own
+templates, and the unconditional prompt in place of the caption with ``uncond_prob`` (for
+classifier-free guidance). Each batch is one task of ``task_weights``, after the phases of
+``curriculum`` (each its own steps and weights: a curriculum within the one run): text-to-video and
+text-to-image on the world's scenes, and forward dynamics, inverse dynamics and policy on the
+action world (:func:`cosmos3_gym.rollout.procedural_world.push`), packed as ``CosmosActionCondition`` runs are
+(the clean frames encoded in the resolution tier's canvas, given elements at timestep 0, the
+loss over the generated elements only). Writes the checkpoint, ``training.json`` (command,
+seeds, losses) and ``training_curve.png``, and with ``--checkpoint-steps`` the weights after
+those transformer steps in ``checkpoint-<step>/`` beside them (to see when a skill came or went).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .args import parse_args, require_at_least
+from ..model.model import Cosmos3Model, load_component
+from ..model.packing import RowSpec, to_device
+from ..rollout.streams import checked_domain
+from ..model.tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
+from ..rollout.procedural_world import action_chunks, dataset
+
+NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
+TASKS = ("t2v", "t2i", "forward_dynamics", "inverse_dynamics", "policy")
+
+
+@dataclass
+class TrainArgs:
+    out: str = str(TINY_CHECKPOINT)
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    data_seed: int = 0  # the world's videos come from np.random.default_rng(data_seed)
+    init_seed: int = 0  # the untrained weights (tiny_model.build_tiny_components)
+    vae_steps: int = 3000
+    vae_batch: int = 32
+    vae_lr: float = 1e-3
+    kl_weight: float = 1e-6
+    steps: int = 8000
+    batch: int = 64
+    lr: float = 5e-4
+    uncond_prob: float = 0.1
+    log_every: int = 50
+    max_minutes: float = 0.0  # > 0: end the transformer stage once the whole run has taken this long
+    init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
+    task_weights: str = "t2v=1"  # e.g. t2v=3,t2i=1,forward_dynamics=2,inverse_dynamics=1,policy=1
+    # phases before task_weights, "steps:weights" joined by "/": e.g. 1500:t2v=4,forward_dynamics=6/600:t2v=1
+    # (forward dynamics beside text-to-video first, then text-to-video alone for the motion words)
+    curriculum: str = ""
+    domain: str = "pusht"
+    resolution_tier: int = 256
+    view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
+    action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
+    data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
+    # action clips per VAE step encoded in the tier's canvas, as the action tasks encode them (0: plain scenes only),
+    # on every vae_canvas_every-th step: a canvas clip has 64 times a scene's pixels, and on the H200 the term at
+    # every step took the VAE stage from 258 s to about 470 s
+    vae_canvas_batch: int = 4
+    vae_canvas_every: int = 4
+    # e.g. 2000,2700: also save the weights after these transformer steps, in <out>/checkpoint-<step>
+    # (steps the time budget does not reach are not saved)
+    checkpoint_steps: str = ""
+
+    def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
+        require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
+        if self.vae_canvas_batch and 0 < self.vae_steps < self.vae_canvas_every:
+            raise ValueError(f"--vae-canvas-every {self.vae_canvas_every} is more than --vae-steps {self.vae_steps}: "
+                             f"the canvas term would come at step 0 alone; use at most {self.vae_steps}, or "
+                             "--vae-canvas-batch 0 to leave it out")
+        parse_task_weights(self.task_weights)
+        parse_checkpoint_steps(self.checkpoint_steps, self.steps)
+        phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))
+        if phased > self.steps:
+            raise ValueError(f"--curriculum {self.curriculum!r} has {phased} steps, more than --steps {self.steps}; "
+                             "its phases are part of the run's steps")
+
+
+def _pixels(frames, device) -> torch.Tensor:
+    return to_device(torch.as_tensor(frames), device).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [B, 3, F, H, W]
+
+
+class SceneBatches(torch.utils.data.Dataset):
+    """The world's videos of ``seeds`` (one batch of ``count`` per seed) with their video and image
+    captions. The world renders in numpy on the CPU, about a quarter of a text-to-video step on
+    the H200; :func:`scene_batches` renders the next batches in worker processes meanwhile."""
+
+    def __init__(self, seeds: list[int], count: int):
+        self.seeds, self.count = seeds, count
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, list[str], list[str]]:
+        frames, scenes = dataset(self.seeds[index], self.count, NUM_FRAMES, SIZE)
+        return frames, [s.caption for s in scenes], [s.image_caption for s in scenes]
+
+
+def scene_batches(seeds: list[int], count: int, workers: int):
+    """The batches of :class:`SceneBatches` in order, ``workers`` processes rendering ahead (0: here)."""
+    if not seeds:  # no worker processes for a stage without text batches
+        return iter(())
+    return iter(torch.utils.data.DataLoader(SceneBatches(seeds, count), batch_size=None, num_workers=workers,
+                                            prefetch_factor=4 if workers else None))
+
+
+def _lr(step: int, total: int, peak: float, warmup: int = 200) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def _fused(device) -> bool:
+    """AdamW as one kernel for all parameters where torch has it (CUDA): the trainer is bound by launches."""
+    return torch.device(device).type == "cuda"
+
+
+def _update(optimizer, loss, parameters, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+    optimizer.step()
+
+
+def canvas_reconstruction(model: Cosmos3Model, clips: np.ndarray, resolution_tier: int
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The VAE's reconstruction of uint8 ``clips`` along the action tasks' path (padded into the
+    tier's canvas, encoded, the latent cropped back to the content, decoded) against the clips
+    in [-1, 1], and the posterior's KL. The VAE sees a 32x32 scene as a corner of a 256x256
+    canvas there; trained on plain scenes alone, it may draw the object in another colour."""
+    vae, pipe = model.vae, model.pipeline
+    canvas, content = model.action_canvases(clips, resolution_tier, clips.shape[1])
+    posterior = vae.encode(canvas).latent_dist
+    recon = vae.decode(pipe._remove_action_video_padding_from_latent(posterior.sample(), content)).sample
+    return recon, _pixels(clips, recon.device), posterior.kl().mean()
+
+
+def train_vae(model: Cosmos3Model, args: TrainArgs, log: list) -> None:
+    """Reconstruction + a small KL term on the world's scenes and, ``vae_canvas_batch`` every
+    ``vae_canvas_every``-th step, on action clips encoded as the action tasks encode them
+    (:func:`canvas_reconstruction`)."""
+    from tqdm import tqdm
+
+    vae = model.vae
+    vae.train().requires_grad_(True)
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0, fused=_fused(args.device))
+    batches = scene_batches([args.data_seed * 1_000_003 + step for step in range(args.vae_steps)], args.vae_batch,
+                            args.data_workers)
+    clips_rng = np.random.default_rng(args.data_seed * 1_000_003 + 5 * 10**6)
+    for step in tqdm(range(args.vae_steps), desc="vae"):
+        video = _pixels(next(batches)[0], args.device)
+        posterior = vae.encode(video).latent_dist
+        recon = vae.decode(posterior.sample()).sample
+        mse = torch.nn.functional.mse_loss(recon, video)
+        loss = mse + args.kl_weight * posterior.kl().mean()
+        record = {"stage": "vae", "step": step, "mse": mse}
+        if args.vae_canvas_batch and step % args.vae_canvas_every == 0:
+            clips = action_chunks(clips_rng, args.vae_canvas_batch, NUM_FRAMES - 1)[1]
+            canvas_recon, target, kl = canvas_reconstruction(model, clips, args.resolution_tier)
+            record["canvas_mse"] = torch.nn.functional.mse_loss(canvas_recon, target)
+            loss = loss + record["canvas_mse"] + args.kl_weight * kl
+        _update(optimizer, loss, vae.parameters(), _lr(step, args.vae_steps, args.vae_lr))
+        if step % args.log_every == 0 or step == args.vae_steps - 1:
+            log.append({key: value.item() if torch.is_tensor(value) else value for key, value in record.items()})
+    vae.eval().requires_grad_(False)
+    with torch.no_grad():  # latent statistics, so that the transformer sees unit-scale latents
+        video = _pixels(dataset(args.data_seed * 1_000_003 + 10**6, 512, NUM_FRAMES, SIZE)[0], args.device)
+        mu = vae.encode(video).latent_dist.mode()
+        mean, std = mu.mean(dim=(0, 2, 3, 4)), mu.std(dim=(0, 2, 3, 4))
+    vae.register_to_config(latents_mean=mean.tolist(), latents_std=std.tolist())
+
+
+def parse_task_weights(spec: str, where: str = "") -> dict[str, float]:
+    """``"t2v=4,policy=2"`` as ``{"t2v": 4.0, "policy": 2.0}``; ``where`` names the argument in errors."""
+    weights = {}
+    for item in spec.split(","):
+        name, _, value = item.partition("=")
+        if name not in TASKS or not value.replace(".", "", 1).isdigit() or float(value) <= 0:
+            raise ValueError(f"{where or f'task_weights={spec!r}'}: {item!r} is not task=weight with a weight > 0 "
+                             f"and a task of {TASKS}")
+        weights[name] = float(value)
+    return weights
+
+
+def parse_curriculum(spec: str) -> list[tuple[int, str]]:
+    """``"1500:t2v=4,forward_dynamics=6/600:t2v=1"`` as ``[(1500, "t2v=4,..."), (600, "t2v=1")]``."""
+    phases = []
+    for phase in spec.split("/") if spec else []:
+        steps, _, weights = phase.partition(":")
+        if not steps.isdigit() or int(steps) < 1 or not weights:
+            raise ValueError(f"curriculum={spec!r}: {phase!r} is not steps:weights with steps >= 1 "
+                             "(e.g. 1500:t2v=4,forward_dynamics=6/600:t2v=1)")
+        parse_task_weights(weights, f"curriculum={spec!r}, phase {phase!r}")
+        phases.append((int(steps), weights))
+    return phases
+
+
+def parse_checkpoint_steps(spec: str, steps: int) -> set[int]:
+    """``"2000,2700"`` as ``{2000, 2700}``, each a step count of the run (1 to ``steps``)."""
+    counts = set()
+    for item in spec.split(",") if spec else []:
+        if not item.strip().isdigit() or not 1 <= int(item) <= steps:
+            raise ValueError(f"--checkpoint-steps {spec!r}: {item!r} is not a step count from 1 to --steps {steps} "
+                             "(e.g. 2000,2700: the weights after 2000 and after 2700 transformer steps)")
+        counts.add(int(item))
+    return counts
+
+
+def task_schedule(args: TrainArgs, rng: np.random.Generator) -> list[str]:
+    """The task of every transformer step, drawn up front so that text batches render ahead: each
+    phase of ``curriculum`` in turn from its own weights, the remaining steps from ``task_weights``."""
+    def draw(spec: str, count: int) -> list[str]:
+        weights = parse_task_weights(spec)
+        names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
+        return [names[i] for i in rng.choice(len(names), size=count, p=p)]
+
+    phases = parse_curriculum(args.curriculum)
+    schedule = [task for steps, weights in phases for task in draw(weights, steps)]
+    return schedule + draw(args.task_weights, args.steps - len(schedule))
+
+
+@dataclass
+class ActionPool:
+    """Played-out chunks of the action world, encoded once with
+    :meth:`~cosmos3_gym.model.model.Cosmos3Model.encode_action_clips`, as the envs encode their
+    conditions (the VAE is causal, so latent frame 0 is also the policy / forward-dynamics
+    condition). The canvas encode is most of an action batch's cost; the pool pays it once."""
+
+    prompts: list[str]
+    latents: torch.Tensor  # [N, C, T, h, w]
+    commands: torch.Tensor  # [N, chunk, 2]
+
+    @classmethod
+    @torch.no_grad()
+    def build(cls, model: Cosmos3Model, count: int, expert: bool, seed: int, tier: int, device) -> "ActionPool":
+        from tqdm import tqdm
+
+        rng, chunk = np.random.default_rng(seed), NUM_FRAMES - 1
+        prompts, latents, commands = [], [], []
+        for start in tqdm(range(0, count, 32), desc=f"{'expert' if expert else 'random'} action pool"):
+            tasks, frames, moves = action_chunks(rng, min(32, count - start), chunk, expert=expert)
+            latents.append(model.encode_action_clips(frames, tier, NUM_FRAMES))
+            prompts += [task.prompt for task in tasks]
+            commands.append(torch.from_numpy(moves))
+        return cls(prompts, torch.cat(latents), torch.cat(commands).to(device))
+
+
+@torch.no_grad()
+def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng: np.random.Generator,
+                   tokens: dict, pools: dict[str, ActionPool]
+                   ) -> tuple[list[RowSpec], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One batch of ``task``: its rows, the clean latents ``x0`` per stream and, per stream, the
+    mask of the elements the model generates (the loss's elements; the rest stays at ``x0``).
+    Text tasks take their videos from ``scenes`` (an item of :class:`SceneBatches`), action tasks
+    draw from ``pools`` (``"expert"`` for the policy, ``"random"`` for dynamics)."""
+    chunk = NUM_FRAMES - 1
+    action = task in ("forward_dynamics", "inverse_dynamics", "policy")
+    if action:
+        pool = pools["expert" if task == "policy" else "random"]
+        index = rng.integers(0, len(pool.prompts), args.batch)
+        on_device = to_device(torch.from_numpy(index), pool.latents.device)
+        video, commands = pool.latents[on_device], pool.commands[on_device]
+        prompts = [pool.prompts[i] for i in index]
+        num_frames = NUM_FRAMES
+    else:
+        frames, captions, image_captions = scenes
+        if task == "t2i":
+            frames = frames[:, :1]
+        prompts = image_captions if task == "t2i" else captions
+        num_frames = frames.shape[1]
+        video = model.pipeline._encode_video(_pixels(frames, args.device))
+    given_latents = 0
+    if action:  # the clean latent frames: the first (policy, forward dynamics) or all (inverse dynamics)
+        given = num_frames if task == "inverse_dynamics" else 1
+        given_latents = (given - 1) // model.temporal_compression + 1
+    clean_frames = tuple(range(given_latents))
+    generated_frames = torch.arange(video.shape[2], device=args.device) >= given_latents
+    grid = video.shape[2:]
+    height, width = model.action_canvas(SIZE, SIZE, args.resolution_tier) if action else (SIZE, SIZE)
+    mode = task if action else None
+    domain_id, raw_dim = checked_domain(args.domain, model.transformer.config.action_dim) if action else (0, 0)
+    rows = []
+    for prompt in prompts:
+        key = (prompt, num_frames, mode)
+        if key not in tokens:
+            tokens[key] = model.tokenize(prompt, "", num_frames, height, width, FPS, action_mode=mode,
+                                         view_point=args.view_point)
+        cond, uncond = tokens[key]
+        ids = tuple(uncond if rng.random() < args.uncond_prob else cond)
+        extra = {}
+        if action:
+            extra = dict(action_len=chunk, clean_actions=tuple(range(chunk)) if task == "forward_dynamics" else (),
+                         domain_id=domain_id, raw_action_dim=raw_dim)
+        rows.append(RowSpec(ids, *grid, FPS, clean_frames, **extra))
+    # rows of equal text length next to each other: each such run attends as one batch
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
+    rows, order = [rows[i] for i in order], to_device(torch.tensor(order), video.device)
+    video = video[order]
+    x0 = {"video": video}
+    generated = {"video": generated_frames.view(1, 1, -1, 1, 1).expand_as(video)}
+    if action:
+        padded = torch.zeros((args.batch, chunk, model.transformer.config.action_dim), device=args.device)
+        padded[:, :, :raw_dim] = commands[order]
+        x0["action"] = padded
+        mask = torch.zeros_like(padded, dtype=torch.bool)
+        if task != "forward_dynamics":
+            mask[:, :, :raw_dim] = True
+        generated["action"] = mask
+    return rows, x0, generated
+
+
+def flow_matching_loss(model: Cosmos3Model, rows: list[RowSpec], x0: dict[str, torch.Tensor],
+                       generated: dict[str, torch.Tensor], noise: dict[str, torch.Tensor],
+                       sigma: torch.Tensor) -> torch.Tensor:
+    """The rectified-flow loss of one batch, the objective the samplers integrate: each generated
+    element at ``(1 - sigma) x0 + sigma noise`` (the rest stays clean), the model's velocity at time
+    ``1000 sigma`` against ``noise - x0``, the squared error averaged per stream over its generated
+    elements and summed over streams (a stream with none adds 0). ``sigma`` (one per row) comes
+    from the host, and the model's timesteps are read from it there, not back from the device."""
+    on_device = to_device(sigma, x0["video"].device)
+    x_sigma = {}
+    for name, x in x0.items():
+        s = on_device.view(-1, *([1] * (x.ndim - 1)))
+        x_sigma[name] = torch.where(generated[name], (1 - s) * x + s * noise[name], x)
+    inputs = {"video": [x.unsqueeze(0) for x in x_sigma["video"]]}
+    if "action" in x_sigma:
+        inputs["action"] = list(x_sigma["action"])
+    velocity = model.forward_rows(model.pack(rows), inputs, (sigma * 1000).tolist())
+    loss = 0.0
+    for name, x in x0.items():
+        predicted = torch.stack([v[name] for v in velocity])
+        mask = generated[name].float()
+        loss = loss + ((predicted - (noise[name] - x)) ** 2 * mask).sum() / mask.sum().clamp_min(1.0)
+    return loss
+
+
+def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline: float, save=None) -> None:
+    """The transformer stage; ``save(step_count)`` runs after each step count of ``--checkpoint-steps``."""
+    from tqdm import tqdm
+
+    transformer = model.transformer
+    transformer.train().requires_grad_(True)
+    optimizer = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01, fused=_fused(args.device))
+    tokens: dict = {}
+    rng = np.random.default_rng(args.data_seed)
+    schedule = task_schedule(args, rng)
+    pools = {}
+    if {"forward_dynamics", "inverse_dynamics"} & set(schedule):
+        pools["random"] = ActionPool.build(model, args.action_pool, False, args.data_seed * 1_000_003 + 3 * 10**6,
+                                           args.resolution_tier, args.device)
+    if "policy" in schedule:
+        pools["expert"] = ActionPool.build(model, args.action_pool // 2, True,
+                                           args.data_seed * 1_000_003 + 4 * 10**6, args.resolution_tier, args.device)
+    text_steps = [step for step, task in enumerate(schedule) if task in ("t2v", "t2i")]
+    batches = scene_batches([args.data_seed * 1_000_003 + 2 * 10**6 + step for step in text_steps], args.batch,
+                            args.data_workers)
+    checkpoint_steps = parse_checkpoint_steps(args.checkpoint_steps, args.steps)
+    started = time.time()
+    for step, task in enumerate(tqdm(schedule, desc="transformer")):
+        scenes = next(batches) if task in ("t2v", "t2i") else None
+        rows, x0, generated = training_batch(model, task, args, scenes, rng, tokens, pools)
+        # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training;
+        # drawn on the host (see flow_matching_loss)
+        sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float())
+        noise = {name: torch.randn_like(x) for name, x in x0.items()}
+        loss = flow_matching_loss(model, rows, x0, generated, noise, sigma)
+        # with a time budget the cosine decays on whichever of steps and time runs out first
+        progress = step if started >= deadline else max(
+            step, int(args.steps * (time.time() - started) / (deadline - started)))
+        _update(optimizer, loss, transformer.parameters(), _lr(progress, args.steps, args.lr))
+        out_of_time = time.time() > deadline
+        if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
+            log.append({"stage": "transformer", "step": step, "task": task, "loss": loss.item()})
+        if step + 1 in checkpoint_steps:
+            save(step + 1)
+        if out_of_time:
+            break
+    transformer.eval().requires_grad_(False)
+
+
+def trainable_model(components: dict, device) -> Cosmos3Model:
+    """The tiny components on ``device`` as the trainer runs them: fp32, SDPA, uncompiled."""
+    return Cosmos3Model.from_components(components["transformer"], components["vae"].to(device),
+                                        components["text_tokenizer"], components["scheduler"], device=device,
+                                        dtype=torch.float32, attention="sdpa", compile=False)
+
+
+def plot_curve(log: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for ax, stage, keys, title in ((axes[0], "vae", ("mse", "canvas_mse"), "VAE reconstruction MSE"),
+                                   (axes[1], "transformer", ("loss",), "flow-matching loss")):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in log if r["stage"] == stage and key in r]
+            if points:
+                ax.plot(*zip(*points), label={"mse": "scenes", "canvas_mse": "action clips in the canvas"}.get(key))
+        if len(ax.get_lines()) > 1:
+            ax.legend(fontsize=8)
+        ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _load_weights(components: dict, checkpoint: Path) -> None:
+    """The transformer's and the VAE's weights (and the VAE's latent statistics) of ``checkpoint``."""
+    from diffusers import AutoencoderKLWan
+    from safetensors.torch import load_file
+
+    components["transformer"].load_state_dict(
+        load_file(checkpoint / "transformer" / "diffusion_pytorch_model.safetensors"))
+    components["vae"] = load_component(AutoencoderKLWan, checkpoint, "vae", torch.float32)  # refused unless it fits
+
+
+def main(argv=None) -> int:
+    args = parse_args(TrainArgs, argv, __doc__)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    start = time.time()
+    components = build_tiny_components(args.init_seed)
+    if args.init_from:
+        _load_weights(components, Path(args.init_from))
+    log: list = []
+    components["vae"].to(args.device)
+    if args.vae_steps:
+        train_vae(trainable_model(components, args.device), args, log)
+    model = trainable_model(components, args.device)  # anew: its pipeline reads the VAE's new latent statistics
+    deadline = start + 60 * args.max_minutes if args.max_minutes > 0 else float("inf")
+    out = Path(args.out)
+
+    def save(step_count: int) -> None:  # CPU copies: the run goes on with its weights where they are
+        copies = {name: copy.deepcopy(components[name]).to("cpu") for name in ("transformer", "vae")}
+        save_checkpoint(out / f"checkpoint-{step_count}", {**components, **copies})
+
+    train_transformer(model, args, log, deadline, save)
+    for name in ("transformer", "vae"):
+        components[name].to("cpu")
+    save_checkpoint(out, components)
+    record = {"command": "python -m cosmos3_gym.train.world_model " + " ".join(argv or sys.argv[1:]),
+              "args": dataclasses.asdict(args), "seconds": round(time.time() - start, 1),
+              "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
+              "torch": torch.__version__, "log": log}
+    if args.init_from and (Path(args.init_from) / "training.json").exists():  # the runs these weights continue
+        record["continues"] = json.loads((Path(args.init_from) / "training.json").read_text())
+    (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+    plot_curve(log, out / "training_curve.png")
+    print(f"wrote {out} in {record['seconds']} s; last losses: "
+          f"{[r for r in log if r['stage'] == 'vae'][-1:]}, {[r for r in log if r['stage'] == 'transformer'][-1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

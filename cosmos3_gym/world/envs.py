@@ -1,0 +1,324 @@
+"""The world as an environment: the procedural ground truth, and Cosmos 3 imagining it.
+
+``ProceduralWorld-v0`` (:class:`ProceduralWorldEnv`) runs the physics of
+:mod:`cosmos3_gym.rollout.procedural_world`; ``Cosmos3World-v0`` (:class:`Cosmos3WorldVectorEnv`, and
+:class:`Cosmos3WorldEnv`, its B = 1 view) has the same spaces, but each step is one
+forward-dynamics generation of Cosmos 3 conditioned on the current frame and the action
+chunk: the model imagines the chunk, and its last frame is the next observation. A policy
+trained in one is evaluated in the other as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from ..rollout.engine import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
+from ..model.interrupts import deferred_interrupts
+from ..env.presets import load_preset
+from ..env.spaces import build_engine, checked_action, checked_options
+from ..env.infos import object_column, split_final_info
+from ..rollout.procedural_world import PushTask, checked_goal, draw, push, sample_task, task_reward
+
+CHUNK, HORIZON, SIZE = 8, 8, 32
+COMMAND_HINT = "(a velocity command (dx, dy) per frame); clip the commands to [-1, 1]"
+RESET_HINT = "; the task comes from the seed, and its goal corner from gym.make(..., goal='top left')"
+
+
+def world_spaces(chunk: int, size: int) -> tuple[spaces.Box, spaces.Box]:
+    """``(observation, action)`` spaces of both worlds: the current frame, and one 2-D velocity
+    command in [-1, 1] per frame of the chunk."""
+    return (spaces.Box(0, 255, (size, size, 3), np.uint8),
+            spaces.Box(-1.0, 1.0, (chunk, 2), np.float32))
+
+
+def _checked_int(name: str, value, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name}={value!r} is invalid; use an integer >= {low}")
+    return int(value)
+
+
+class ProceduralWorldEnv(gym.Env):
+    """Push an object to a goal corner in the procedural world (the ground truth).
+
+    ## Action Space
+    ``Box(-1, 1, (chunk, 2), float32)``: a velocity command ``(dx, dy)`` per frame, times
+    :data:`~cosmos3_gym.rollout.procedural_world.MAX_SPEED` pixels; out-of-bounds or non-finite actions raise.
+
+    ## Observation Space
+    ``Box(0, 255, (size, size, 3), uint8)``: the current frame.
+
+    ## Rewards
+    :func:`~cosmos3_gym.rollout.procedural_world.task_reward` on the chunk's frames: the progress toward the goal
+    (fraction of the width) plus 1 on success.
+
+    ## Starting State
+    ``reset(seed=s)`` draws the object (colour, shape, size, position) and the goal corner from
+    ``s``; the prompt ("move the big red ball to the top left") is ``info["prompt"]``.
+
+    ## Episode End
+    Terminated on success (the object's centre within 0.15 of the width of the goal's);
+    truncated after ``horizon`` steps.
+
+    ## Info
+    ``prompt``, ``frames`` (uint8 ``[chunk, size, size, 3]``), ``position`` (the object's centre,
+    pixels), ``success``.
+
+    ## Arguments
+    ``gym.make("ProceduralWorld-v0", chunk=8, horizon=8, size=32, goal=None, render_mode=None)``.
+    The frame does not show the goal: with ``goal=None`` (a random corner per episode) a policy
+    must read it from ``info["prompt"]``, as Cosmos 3's own policy mode does; a policy that sees
+    only pixels gets a fixed corner, e.g. ``goal="top left"``.
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
+
+    def __init__(self, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE, goal: str | None = None,
+                 render_mode: str | None = None):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
+        self.size = _checked_int("size", size, 16)
+        self.goal, self.render_mode = checked_goal(goal), render_mode
+        self.observation_space, self.action_space = world_spaces(self.chunk, self.size)
+        self.task: PushTask | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        checked_options(options, (), RESET_HINT)
+        super().reset(seed=None if seed is None else checked_seed(seed))
+        self.task = sample_task(self.np_random, self.size, self.goal)
+        self.position, self.frame, self.t = self.task.start, draw(self.task, self.task.start, self.size), 0
+        return self.frame.copy(), {"prompt": self.task.prompt}
+
+    def step(self, action):
+        if self.task is None or self.t is None:
+            raise RuntimeError("call reset() before step() (and after an episode ends)")
+        action = checked_action(action, self.action_space, bounds_hint=COMMAND_HINT).numpy()
+        centres = push(self.task, self.position, action, self.size)
+        frames = np.stack([draw(self.task, tuple(c), self.size) for c in centres])
+        reward, success = task_reward(self.frame, frames, self.task.goal)
+        t = self.t + 1
+        self.position, self.frame = tuple(centres[-1]), frames[-1]
+        truncated = t >= self.horizon and not success
+        self.t = None if success or truncated else t
+        return self.frame.copy(), reward, success, truncated, {
+            "prompt": self.task.prompt, "frames": frames, "position": self.position, "success": success}
+
+    def render(self):
+        return None if self.render_mode != "rgb_array" or self.task is None else self.frame.copy()
+
+
+class Cosmos3WorldVectorEnv(VectorEnv):
+    """``num_envs`` copies of the push task, each step imagined by Cosmos 3 in forward-dynamics mode.
+
+    ``reset(seed=s)`` draws env ``i``'s task and first frame exactly as
+    ``ProceduralWorld-v0`` does with seed ``s + i``. ``step(actions)`` runs, for all envs
+    together, one forward-dynamics generation (``num_steps`` denoising steps, one batched
+    transformer forward each) conditioned on each env's current frame and action chunk; the
+    last imagined frame becomes the observation. Reward and termination come from
+    :func:`~cosmos3_gym.rollout.procedural_world.task_reward` on the imagined frames (the world's detector).
+
+    Spaces, rewards and episode ends are ``ProceduralWorld-v0``'s. ``infos``: ``prompt``,
+    ``frames`` (the imagined chunk, uint8 ``[num_envs, chunk, size, size, 3]``), ``success``,
+    ``log_prob_sum`` (the generation's summed log-density, a float per env) and ``trajectory``
+    (the inner denoising :class:`~cosmos3_gym.rollout.trajectory.Trajectory` of each env, with its
+    log-probs, for RL-tuning the world model against the ground truth). The denoising runs
+    with ``kind``, ``guidance_scale`` and ``noise_level`` (``kind="ode"``: a deterministic
+    imagination, log-probs 0).
+
+    Autoreset: ``NEXT_STEP`` (Gymnasium's default), ``SAME_STEP`` (an ended episode's last frame
+    in ``infos["final_obs"]`` (a batch array, valid where ``infos["_final_obs"]``), its step infos
+    in ``infos["final_info"]``, the new episode's prompt at the top level; what SB3 expects, see
+    :class:`~cosmos3_gym.env.sb3.Cosmos3SB3VecEnv`) or ``DISABLED``. Every call is
+    transactional: a call that raises leaves every env as it was.
+
+    Args: ``num_envs``, ``chunk``, ``horizon``, ``size``, ``goal`` (None: a random corner per
+    episode; see ``ProceduralWorld-v0``), ``num_steps``, ``kind``,
+    ``guidance_scale``, ``noise_level``, ``domain`` (the embodiment of the actions),
+    ``autoreset_mode``, ``render_mode``, ``checkpoint`` (a local diffusers-layout Cosmos 3
+    directory, such as the ``--out`` of ``python -m cosmos3_gym.train.world_model``; default: the
+    embedded model), ``device``, ``dtype``, ``model`` (a shared
+    :class:`~cosmos3_gym.model.model.Cosmos3Model`; not with ``checkpoint``).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE,
+                 goal: str | None = None, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,
+                 noise_level: float = 0.7, domain: str = "pusht",
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
+                 checkpoint: str = "", device=None, dtype=None, model=None):
+        self.num_envs = _checked_int("num_envs", num_envs)
+        self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
+        self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        if not (isinstance(autoreset_mode, AutoresetMode)
+                or isinstance(autoreset_mode, str) and autoreset_mode in {mode.value for mode in AutoresetMode}):
+            raise ValueError(f"autoreset_mode={autoreset_mode!r} is not supported; use AutoresetMode.NEXT_STEP, "
+                             "SAME_STEP or DISABLED (or their values 'NextStep', 'SameStep', 'Disabled')")
+        self.autoreset_mode, self.render_mode = AutoresetMode(autoreset_mode), render_mode
+        self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
+        # the forward-dynamics preset under this env's id, so that a bad keyword's error names the env made
+        forward_dynamics = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id="Cosmos3World-v0")
+        self.preset = forward_dynamics.override(
+            num_frames=self.chunk + 1, height=self.size, width=self.size, num_steps=num_steps, kind=kind,
+            guidance_scale=guidance_scale, noise_level=noise_level, domain=domain, reward="none", checkpoint=checkpoint)
+        self.engine = build_engine(self.preset, self.num_envs, device=device, dtype=dtype, model=model)
+        self.device = self.engine.device
+        self.single_observation_space, self.single_action_space = world_spaces(self.chunk, self.size)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.tasks: list[PushTask | None] = [None] * self.num_envs
+        self.frames = np.zeros((self.num_envs, self.size, self.size, 3), dtype=np.uint8)
+        self.t = np.zeros(self.num_envs, dtype=np.int64)
+        self.needs_reset = np.ones(self.num_envs, dtype=bool)
+        self._rngs = [np.random.default_rng() for _ in range(self.num_envs)]  # seeded by reset(seed=...)
+
+    @property
+    def model(self):
+        return self.engine.model
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
+        checked_options(options, (), RESET_HINT)
+        seeds = per_env_seeds(seed, self.num_envs)
+        if seeds is None:
+            seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]
+        rngs = [np.random.default_rng(s) for s in seeds]
+        tasks = [sample_task(rng, self.size, self.goal) for rng in rngs]
+        with deferred_interrupts():
+            self._rngs, self.tasks = rngs, tasks
+            self.frames = np.stack([draw(task, task.start, self.size) for task in tasks])
+            self.t[:], self.needs_reset[:] = 0, False
+        return self.frames.copy(), self._prompt_infos(tasks)
+
+    def step(self, actions):
+        if self.tasks[0] is None:
+            raise RuntimeError("call reset() before step()")
+        actions = checked_action(actions, self.single_action_space, (self.num_envs,),
+                                 bounds_hint=COMMAND_HINT).numpy()
+        resetting = np.flatnonzero(self.needs_reset).tolist()
+        if resetting and self.autoreset_mode == AutoresetMode.DISABLED:
+            raise RuntimeError(f"envs {resetting} have ended their episodes: call reset()")
+        rngs = [rng_continuation(rng) for rng in self._rngs]
+        stepping = [i for i in range(self.num_envs) if i not in resetting]
+        tasks, frames, t = list(self.tasks), self.frames.copy(), self.t.copy()
+        rewards = np.zeros(self.num_envs)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        infos: dict = {}
+        self._start_episodes(resetting, rngs, tasks, frames, t)  # NEXT_STEP: the step after an episode's end
+        if stepping:
+            imagined, trajectories = self._imagine(stepping, [tasks[i] for i in stepping], frames[stepping],
+                                                   actions[stepping], rngs)
+            for j, i in enumerate(stepping):
+                rewards[i], terminated[i] = task_reward(frames[i], imagined[j], tasks[i].goal)
+                frames[i], t[i] = imagined[j][-1], t[i] + 1
+                truncated[i] = t[i] >= self.horizon and not terminated[i]
+            mask = np.isin(np.arange(self.num_envs), stepping)
+            chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
+            chunk_frames[stepping] = imagined
+            column = object_column(size=self.num_envs)
+            column[stepping] = trajectories
+            log_prob = np.full(self.num_envs, np.nan)
+            log_prob[stepping] = [float(tr.log_prob_sums.sum()) for tr in trajectories]
+            infos.update(frames=chunk_frames, _frames=mask, trajectory=column, _trajectory=mask.copy(),
+                         log_prob_sum=log_prob, _log_prob_sum=mask.copy(), success=terminated.copy(),
+                         _success=mask.copy())  # one mask array per key, as Gymnasium makes them
+        infos.update(self._prompt_infos(tasks))
+        ended = terminated | truncated
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
+            # Gymnasium's SAME_STEP: the ended envs' step infos move to final_info (masked to those
+            # envs, copies), and the top level keeps only their reset info (the new prompt).
+            final_info = split_final_info(infos, ended)
+            infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=final_info,
+                         _final_info=ended.copy())
+            self._start_episodes(np.flatnonzero(ended), rngs, tasks, frames, t)  # in this step's observation
+            infos.update(self._prompt_infos(tasks))
+            ended[:] = False
+        with deferred_interrupts():
+            self._rngs, self.tasks, self.frames, self.t = rngs, tasks, frames, t
+            self.needs_reset = ended
+        return frames.copy(), rewards, terminated, truncated, infos
+
+    def _prompt_infos(self, tasks: list[PushTask]) -> dict:
+        """Every env's task prompt (the reset info; a step reports it for every env too)."""
+        return {"prompt": object_column(task.prompt for task in tasks), "_prompt": np.ones(self.num_envs, dtype=bool)}
+
+    def _start_episodes(self, envs, rngs: list, tasks: list, frames: np.ndarray, t: np.ndarray) -> None:
+        """Autoreset: a new task and first frame for each of ``envs``, written into the step's copies."""
+        for i in envs:
+            tasks[i] = sample_task(rngs[i], self.size, self.goal)
+            frames[i], t[i] = draw(tasks[i], tasks[i].start, self.size), 0
+
+    def _imagine(self, slots: list[int], tasks: list[PushTask], frames: np.ndarray, actions: np.ndarray,
+                 rngs: list[np.random.Generator]) -> tuple[np.ndarray, list]:
+        """One forward-dynamics generation per slot: the imagined chunk uint8 ``[b, chunk, H, W, 3]``
+        and the inner denoising trajectories. The engine is this env's scratch space."""
+        model, p = self.engine.model, self.preset
+        conditions = [model.encode_action_condition("forward_dynamics", self.chunk, p.resolution_tier, image=frame,
+                                                    actions=action) for frame, action in zip(frames, actions)]
+        seeds = [int(rngs[i].integers(SEED_RANGE[1])) for i in slots]
+        self.engine.reset_slots(slots, seeds, [task.prompt for task in tasks], [p.negative_prompt] * len(slots),
+                                conditions=conditions, domains=[p.domain] * len(slots))
+        guidance = torch.full((len(slots),), p.guidance_scale)
+        level = torch.full((len(slots),), p.noise_level)
+        with torch.no_grad():
+            for _ in range(self.engine.num_steps):
+                self.engine.step(slots, guidance, level)
+        video = self.engine.decode(slots)
+        return video[:, 1:], [self.engine.trajectory(i) for i in slots]
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        return tuple(frame.copy() for frame in self.frames)
+
+
+class Cosmos3WorldEnv(gym.Env):
+    """``Cosmos3World-v0``: one env of :class:`Cosmos3WorldVectorEnv` (its docstring has the
+    details), with the spaces, rewards and episode ends of :class:`ProceduralWorldEnv`.
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
+
+    def __init__(self, render_mode: str | None = None, **kwargs):
+        self.vector = Cosmos3WorldVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
+                                            **kwargs)
+        self.render_mode = render_mode
+        self.observation_space = self.vector.single_observation_space
+        self.action_space = self.vector.single_action_space
+
+    @property
+    def model(self):
+        return self.vector.model
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, infos = self.vector.reset(seed=seed, options=options)
+        super().reset(seed=None if seed is None else int(seed))
+        return obs[0], {"prompt": infos["prompt"][0]}
+
+    def step(self, action):
+        if self.vector.tasks[0] is None or self.vector.needs_reset[0]:
+            raise RuntimeError("call reset() before step() (and after an episode ends)")
+        action = checked_action(action, self.action_space, bounds_hint=COMMAND_HINT).numpy()
+        obs, rewards, terminated, truncated, infos = self.vector.step(action[None])
+        info = {key: value[0] for key, value in infos.items() if not key.startswith("_")}
+        info["success"] = bool(info["success"])
+        return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info
+
+    def render(self):
+        frames = self.vector.render()
+        return None if frames is None else frames[0]

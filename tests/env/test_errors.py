@@ -1,0 +1,214 @@
+"""Bad input raises a clear error naming what is wrong, and the env stays usable."""
+
+import json
+import shutil
+
+import numpy as np
+import torch
+import pytest
+
+import gymnasium as gym
+
+from cosmos3_gym.model.model import Cosmos3Model
+from cosmos3_gym.model.tiny_model import TINY_CHECKPOINT
+
+
+def assert_still_usable(env):
+    _, _, terminated, _, info = env.step(env.unwrapped.default_action)
+    assert np.isfinite(info["log_prob"])
+
+
+@pytest.fixture
+def env(make_env):
+    env = make_env(num_steps=3)
+    env.reset(seed=0)
+    return env
+
+
+@pytest.mark.parametrize("action,match", [
+    (np.zeros(3, dtype=np.float32), r"shape \(3,\)"),
+    (np.array(["a", "b"]), "dtype"),
+    (np.array([np.nan, 0.5], dtype=np.float32), "NaN"),
+    (np.array([6.0, 1.5], dtype=np.float32), "outside the action space bounds"),
+    (np.array([0.0, 0.5], dtype=np.float32), "outside the action space bounds"),
+])
+def test_bad_actions(env, action, match):
+    with pytest.raises(ValueError, match=match):
+        env.step(action)
+    assert_still_usable(env)
+
+
+def test_bad_noise_action(make_env):
+    env = make_env(num_steps=3, action_mode="noise")
+    env.reset(seed=0)
+    shape = env.observation_space["latent"].shape
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros(shape[1:], dtype=np.float32))
+    bad = np.zeros(shape, dtype=np.float32)
+    bad[0, 0, 0, 0] = np.inf
+    with pytest.raises(ValueError, match=rf"NaN or Inf in float32 \(1 of {bad.size} entries; the first, "
+                                         r"action\[0, 0, 0, 0\] = inf\); every entry must be finite"):
+        env.step(bad)
+    env.step(env.action_space.sample())
+
+
+def test_unknown_option_and_bad_prompts(env):
+    with pytest.raises(ValueError, match=r"unknown reset option\(s\) \['promt'\]"):
+        env.reset(seed=1, options={"promt": "typo"})
+    assert_still_usable(env)
+    with pytest.raises(ValueError, match=r"options\['prompt'\]=42 is not a str"):
+        env.reset(seed=1, options={"prompt": 42})
+    assert_still_usable(env)
+    with pytest.raises(ValueError, match="max_prompt_tokens=1024"):
+        env.reset(seed=1, options={"prompt": "a red ball " * 200})
+    assert_still_usable(env)
+
+
+def test_prompt_budget_can_be_set(make_env):
+    env = make_env(num_steps=2, max_prompt_tokens=50)
+    with pytest.raises(ValueError, match="max_prompt_tokens=50"):
+        env.reset(seed=0, options={"prompt": "short"})  # the templates alone exceed 50 tokens
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"num_steps": 0}, "num_steps=0"),
+    ({"kind": "euler"}, "kind='euler'"),
+    ({"action_mode": "pixels"}, "action_mode='pixels'"),
+    ({"sigma_grid": "explicit", "sigmas": [1.0, 0.6, 0.8], "num_steps": 3}, "strictly decreasing"),
+    ({"sigma_grid": "explicit", "sigmas": [1.0, 0.5], "num_steps": 3}, "define 2 steps"),
+    ({"guidance_bounds": [5.0, 1.0]}, "guidance_bounds"),
+    ({"guidance_scale": 20.0}, "guidance_scale=20.0 lies outside"),
+    ({"reward": "beauty"}, "reward='beauty'"),
+    ({"num_frames": 8}, "num_frames=8 is not allowed"),
+    ({"height": 30}, "height=30 is not allowed"),
+    ({"num_stepz": 3}, r"unknown keyword\(s\) \['num_stepz'\]"),
+])
+def test_invalid_presets(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        gym.make("Cosmos3Rollout-v0", **overrides)
+
+
+def test_checkpoint_must_be_a_path_and_not_beside_a_model(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match=r"checkpoint=123 is invalid; allowed: a folder path \(a str or pathlib.Path\)"):
+        gym.make("Cosmos3Rollout-v0", checkpoint=123)
+    with pytest.raises(ValueError, match="checkpoint=None is invalid"):
+        gym.make("Cosmos3World-v0", checkpoint=None)
+    with pytest.raises(ValueError, match="checkpoint='/no/such/dir' and model= were both given; pass one"):
+        gym.make("Cosmos3World-v0", checkpoint="/no/such/dir", model=tiny_model)
+    with pytest.raises(FileNotFoundError, match=f"checkpoint='{tmp_path}' is missing component"):  # a Path is a path
+        gym.make("Cosmos3Rollout-v0", checkpoint=tmp_path)
+
+
+@pytest.mark.parametrize("layers, keys", [(2, "unexpected_keys"), (6, "missing_keys")])
+def test_weights_that_do_not_fit_their_config_are_refused(tmp_path, layers, keys):
+    """diffusers only warns; a config of 2 layers over weights of 4 would run half the model."""
+    shutil.copytree(TINY_CHECKPOINT, tmp_path / "ckpt")
+    config_file = tmp_path / "ckpt" / "transformer" / "config.json"
+    config = json.loads(config_file.read_text())
+    assert config["num_hidden_layers"] == 4
+    config_file.write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    with pytest.raises(ValueError, match=f"the weights of component 'transformer' do not fit its config.json "
+                                         f"\\({{'{keys}': \\['layers.{min(layers, 4)}."):
+        Cosmos3Model.from_pretrained(tmp_path / "ckpt", device="cpu")
+
+
+def test_a_component_that_does_not_load_is_named(tmp_path):
+    shutil.copytree(TINY_CHECKPOINT, tmp_path / "ckpt")
+    weights = tmp_path / "ckpt" / "vae" / "diffusion_pytorch_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # truncated
+    with pytest.raises(ValueError, match="component 'vae' does not load \\(OSError: Unable to load weights"):
+        Cosmos3Model.from_pretrained(tmp_path / "ckpt", device="cpu")
+    shutil.copytree(TINY_CHECKPOINT, tmp_path / "ckpt2")
+    (tmp_path / "ckpt2" / "text_tokenizer" / "tokenizer.json").write_text("not json")
+    with pytest.raises(ValueError, match="component 'text_tokenizer' does not load"):
+        Cosmos3Model.from_pretrained(tmp_path / "ckpt2", device="cpu")
+
+
+def test_missing_checkpoint_components(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        gym.make("Cosmos3Rollout-v0", checkpoint=str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="missing component 'transformer'"):  # a folder, but not a checkpoint
+        gym.make("Cosmos3Rollout-v0", checkpoint=str(tmp_path))
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "transformer" / "config.json").write_text("{}")
+    (tmp_path / "transformer" / "diffusion_pytorch_model.bin").write_text("")
+    with pytest.raises(FileNotFoundError, match="missing component 'transformer'.*safetensors"):
+        gym.make("Cosmos3Rollout-v0", checkpoint=str(tmp_path))
+
+
+def test_step_before_reset_and_after_end(make_env):
+    env = make_env(num_steps=1).unwrapped
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(env.default_action)
+    env.reset(seed=0)
+    env.step(env.default_action)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(env.default_action)
+    env.reset(seed=0)
+    env.step(env.default_action)
+
+
+def test_non_finite_latent_ends_the_episode(make_env):
+    env = make_env(num_steps=3, action_mode="noise").unwrapped
+    env.reset(seed=0)
+    env.engine.episode(0).latents[0, 0, 0, 0, 0] = float("nan")
+    _, reward, terminated, _, info = env.step(env.action_space.sample())
+    assert terminated and reward == 0.0 and "NaN/Inf" in info["error"]
+    env.reset(seed=0)
+    _, _, terminated, _, info = env.step(env.action_space.sample())
+    assert not terminated and "error" not in info
+
+
+@pytest.mark.parametrize("num_envs", [0, -1, 2.0, True])
+def test_num_envs_is_named(num_envs):
+    with pytest.raises(ValueError, match=f"num_envs={num_envs!r} is invalid; use an integer >= 1"):
+        gym.make_vec("Cosmos3Rollout-v0", num_envs=num_envs, vectorization_mode="vector_entry_point")
+
+
+def test_odd_arguments_get_errors_that_name_them():
+    venv = gym.make_vec("Cosmos3Rollout-v0", num_envs=3, vectorization_mode="vector_entry_point", num_steps=2)
+    venv.reset(seed=np.array(5))  # a 0-d array is a seed
+    model = venv.unwrapped.model
+    cases = [
+        (lambda: venv.fork(0, 1), r"fork\(dst=1\): dst must be a list"),
+        (lambda: venv.fork(0, [1], seeds=5), r"fork\(seeds=5\)"),
+        (lambda: venv.step([[1.0, 0.5], [2.0], [3.0, 0.5]]), "ragged"),
+        (lambda: venv.step(torch.empty(3, 2, device="meta")), "meta tensor"),
+        (lambda: venv.step(np.array([[10.0000001, 0.5]] * 3)), "outside the action space bounds"),
+        (lambda: model.update_weights(model.transformer), "got the module itself"),
+        (lambda: model.update_weights(model.transformer.parameters()), r"parameters\(\) has no names"),
+        (lambda: model.update_weights({"proj_out.bias": torch.empty(16, device="meta")}), "meta tensor"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match):
+            call()
+    assert model.weights_version == 0
+    _, _, _, _, info = venv.step(np.tile(venv.default_action, (3, 1)))
+    assert np.isfinite(info["log_prob"]).all()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"autoreset_mode": "same_step"}, r"autoreset_mode='same_step' is not supported; choose one of"),
+    ({"dtype": "float8"}, "dtype='float8' is not supported"),
+    ({"reward_fn": "brightness"}, "reward_fn='brightness' is not callable"),
+])
+def test_bad_constructor_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        gym.make_vec("Cosmos3Rollout-v0", num_envs=2, vectorization_mode="vector_entry_point", **kwargs)
+
+
+def test_a_device_torch_cannot_use_is_named_before_anything_loads(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"device: 'cuda' was requested but no CUDA device is available "
+                                         r"\(torch.cuda.is_available\(\) is False\); use device='cpu'"):
+        gym.make("Cosmos3World-v0", device="cuda")
+    with pytest.raises(ValueError, match=r"device: 'gpu' is not a torch device; use cpu, cuda or cuda:N"):
+        gym.make("Cosmos3Rollout-v0", device="gpu")
+
+
+@pytest.mark.parametrize("returned", [np.array(["0.5"]), np.array([1 + 2j]), {"r": 1.0}])
+def test_reward_functions_must_return_real_numbers(make_env, returned):
+    env = make_env(num_steps=1, reward_fn=lambda frames, prompts: returned)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="reward_fn returned"):
+        env.step(env.unwrapped.default_action)

@@ -1,0 +1,180 @@
+"""Cosmos3RayVectorEnv on a local Ray instance with CPU workers: equal to the in-process vector
+env bit for bit, weight sync to every worker (all or nothing), a dead worker named."""
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from cosmos3_gym.env.ray_env import Cosmos3RayVectorEnv  # noqa: E402
+
+STEPS = 3
+# One local Ray instance per test process: under pytest-xdist these tests share one worker.
+pytestmark = pytest.mark.xdist_group("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def episode(venv, seed=7):
+    obs, _ = venv.reset(seed=seed)
+    latents, log_probs = [obs["latent"]], []
+    actions = np.array([[3.0 + i, 0.5 + 0.1 * i] for i in range(venv.num_envs)], dtype=np.float32)
+    for _ in range(STEPS):
+        obs, rewards, terminated, truncated, infos = venv.step(actions)
+        latents.append(obs["latent"])
+        log_probs.append(infos["log_prob"])
+    return np.stack(latents), np.stack(log_probs), infos, rewards
+
+
+@pytest.mark.slow
+def test_workers_equal_the_in_process_env_bit_for_bit(local_ray):
+    local = gym.make_vec("Cosmos3Rollout-v0", num_envs=4, vectorization_mode="vector_entry_point",
+                         num_steps=STEPS, reward="brightness", device="cpu")
+    expected = episode(local)
+    for workers in (1, 2):
+        venv = gym.make_vec("Cosmos3Rollout-v0", num_envs=4, vectorization_mode="vector_entry_point",
+                            num_workers=workers, num_steps=STEPS, reward="brightness", device="cpu")
+        assert isinstance(venv, Cosmos3RayVectorEnv) and venv.observation_space == local.observation_space
+        latents, log_probs, infos, rewards = episode(venv)
+        np.testing.assert_array_equal(latents, expected[0])
+        np.testing.assert_array_equal(log_probs, expected[1])
+        np.testing.assert_array_equal(rewards, expected[3])
+        assert [t.prompt for t in infos["trajectory"]] == [t.prompt for t in expected[2]["trajectory"]]
+        for mine, theirs in zip(infos["trajectory"], expected[2]["trajectory"]):
+            assert mine == theirs  # trajectories come back at episode end, equal field for field
+        venv.close()
+
+
+@pytest.mark.slow
+def test_a_call_failing_on_one_worker_changes_no_worker(local_ray):
+    """Worker 1 refuses its part of a reset (env 3's prompt is not a str) after worker 0 has done
+    its part: worker 0 is undone, and the episode goes on exactly as if the call never happened."""
+    def run(venv, interrupt):
+        venv.reset(seed=11)
+        actions = np.tile(venv.default_action, (4, 1))
+        venv.step(actions)
+        if interrupt:
+            before = venv.episode_attribute("seed"), venv.episode_attribute("step")
+            with pytest.raises(ValueError, match="prompt must be a str, got int"):
+                venv.reset(seed=5, options={"prompt": ["a red ball", "a blue ball", "a green ball", 3]})
+            assert (venv.episode_attribute("seed"), venv.episode_attribute("step")) == before
+        obs, *_ = venv.step(actions)
+        return obs["latent"]
+
+    latents = []
+    for interrupt in (True, False):  # one after the other: the local cluster holds two workers
+        venv = Cosmos3RayVectorEnv(4, "Cosmos3Rollout-v0", num_workers=2, num_steps=STEPS, reward="none",
+                                   device="cpu")
+        latents.append(run(venv, interrupt))
+        venv.close()
+    np.testing.assert_array_equal(latents[0], latents[1])
+
+
+@pytest.mark.slow
+def test_weight_sync_reaches_every_worker_or_none(local_ray, tiny_model):
+    venv = Cosmos3RayVectorEnv(4, "Cosmos3Rollout-v0", num_workers=2, num_steps=STEPS, reward="none", device="cpu")
+    assert venv.weights_version == 0
+    state = {k: v.clone() for k, v in tiny_model.transformer.state_dict().items()}
+    state["proj_out.bias"] = state["proj_out.bias"] + 0.05
+    assert venv.update_weights(state) == 1 and venv.weights_version == 1
+    _, log_probs_new, infos, _ = episode(venv)
+    assert (infos["weights_version"] == 1).all()
+    bad = dict(state)
+    bad["proj_out.bias"] = torch.full_like(state["proj_out.bias"], float("nan"))
+    with pytest.raises(ValueError, match="proj_out.bias.*NaN"):
+        venv.update_weights(bad)
+    assert venv.weights_version == 1  # nobody loaded it
+    # The new weights act: a local env given the same update reproduces the workers' episode.
+    local = gym.make_vec("Cosmos3Rollout-v0", num_envs=4, vectorization_mode="vector_entry_point", num_steps=STEPS,
+                         reward="none", device="cpu")
+    local.unwrapped.update_weights(state)
+    np.testing.assert_array_equal(episode(local)[1], log_probs_new)
+    venv.close()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_named_and_a_new_env_works(local_ray):
+    venv = Cosmos3RayVectorEnv(4, "Cosmos3Rollout-v0", num_workers=2, num_steps=2, reward="none", device="cpu")
+    venv.reset(seed=0)
+    ray.kill(venv._workers[1])
+    with pytest.raises(RuntimeError, match=r"Ray worker 1 \(envs 2-3\) died"):
+        venv.step(np.tile(venv.default_action, (4, 1)))
+    venv.close()
+    fresh = Cosmos3RayVectorEnv(2, "Cosmos3Rollout-v0", num_workers=2, num_steps=2, reward="none", device="cpu")
+    obs, _ = fresh.reset(seed=1)
+    assert obs["latent"].shape[0] == 2
+    fresh.close()
+
+
+@pytest.mark.slow
+def test_sb3_runs_on_workers(local_ray):
+    from stable_baselines3.common.env_checker import check_env  # noqa: F401  (SB3 installed)
+
+    from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
+
+    env = Cosmos3SB3VecEnv.make("Cosmos3Rollout-v0", num_envs=2, num_workers=2, num_steps=2, reward="brightness",
+                                device="cpu")
+    env.seed(5)
+    obs = env.reset()
+    assert obs["latent"].shape[0] == 2 and env.get_attr("seed") == [5, 6]
+    for _ in range(2):
+        obs, rewards, dones, infos = env.step(np.tile(env.venv.default_action, (2, 1)))
+    assert dones.all() and all("terminal_observation" in info and "trajectory" in info for info in infos)
+    assert (obs["step"] == 0).all()  # same-step autoreset: the next episode's first observation
+    env.close()
+
+
+@pytest.mark.slow
+def test_the_workers_bench_on_cpu_workers(local_ray):
+    """`bench --workers`'s measurement, on CPU workers that each build the embedded model."""
+    from cosmos3_gym.bench import measure_workers
+    from cosmos3_gym.model.model import Cosmos3Model
+
+    rates = measure_workers("Cosmos3Rollout-v0", 2, 2, 1, functools.partial(Cosmos3Model.embedded, "cpu"),
+                            num_steps=2)
+    assert rates[1] > 0 and rates[2] > 0 and rates["same_log_probs"] is True
+
+
+@pytest.mark.slow
+def test_fork_across_workers_equals_the_in_process_fork(local_ray):
+    def branch(venv):
+        venv.reset(seed=3)
+        actions = np.tile(venv.default_action, (4, 1))
+        venv.step(actions)
+        venv.fork(1, [0, 2, 3], seeds=[11, None, 13])  # env 1 lives on worker 0; envs 2 and 3 on worker 1
+        obs, _, _, _, infos = venv.step(actions)
+        return obs["latent"], infos["log_prob"]
+
+    local = gym.make_vec("Cosmos3Rollout-v0", num_envs=4, vectorization_mode="vector_entry_point", num_steps=STEPS,
+                         reward="none", device="cpu").unwrapped
+    expected = branch(local)
+    venv = Cosmos3RayVectorEnv(4, "Cosmos3Rollout-v0", num_workers=2, num_steps=STEPS, reward="none", device="cpu")
+    latents, log_probs = branch(venv)
+    np.testing.assert_array_equal(latents, expected[0])
+    np.testing.assert_array_equal(log_probs, expected[1])
+    np.testing.assert_array_equal(latents[2], latents[1])  # seed None: the parent's generator, the same step
+    with pytest.raises(ValueError, match="must not contain src"):
+        venv.fork(1, [1, 2])
+    venv.close()
+
+
+@pytest.mark.slow
+def test_more_workers_than_the_cluster_holds_is_refused(local_ray):
+    with pytest.raises(ValueError, match=r"needs 4 CPUs; the Ray cluster has 2"):
+        Cosmos3RayVectorEnv(4, num_workers=4, device="cpu")
+
+
+def test_bad_layouts_are_refused_before_any_worker_starts():
+    with pytest.raises(ValueError, match="num_envs=3 must split into num_workers=2"):
+        Cosmos3RayVectorEnv(3, num_workers=2)
+    with pytest.raises(ValueError, match="multiple of group_size=4"):
+        Cosmos3RayVectorEnv(4, num_workers=2, group_size=4)

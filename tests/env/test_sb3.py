@@ -1,0 +1,50 @@
+"""The SB3 adapter: a real VecEnv (same-step autoreset, terminal observations); PPO runs in test_examples."""
+
+import numpy as np
+import pytest
+from stable_baselines3.common.vec_env import VecMonitor
+
+from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
+
+
+def test_same_step_autoreset_with_terminal_observation():
+    env = Cosmos3SB3VecEnv.make("Cosmos3Rollout-v0", num_envs=3, num_steps=2)
+    env.seed(5)
+    obs = env.reset()
+    assert obs["latent"].shape == (3, 4, 3, 8, 8) and isinstance(obs["latent"], np.ndarray)
+    assert env.get_attr("seed") == [5, 6, 7]
+    actions = np.tile(env.get_attr("default_action")[0], (3, 1))
+    obs, rewards, dones, infos = env.step(actions)
+    assert not dones.any() and "log_prob" in infos[0]
+    obs, rewards, dones, infos = env.step(actions)
+    assert dones.all() and rewards.dtype == np.float32 and (rewards > 0).all()
+    assert (obs["step"] == 0).all()  # already reset
+    assert all(info["terminal_observation"]["step"] == [2] for info in infos)
+    np.testing.assert_array_equal(infos[1]["terminal_observation"]["latent"], infos[1]["trajectory"].latents[-1])
+    # the ended episodes' last step infos (from final_info), the per-stream split included
+    trajectory = infos[1]["trajectory"]
+    assert infos[1]["log_prob_sum_video"] == pytest.approx(float(trajectory.log_prob_sums[-1]))
+    assert infos[1]["log_prob"] == pytest.approx(float(trajectory.log_probs[-1]))
+    engine = env.venv.engine
+    assert env.get_attr("prompt", indices=[0, 2]) == [engine.episode(0).prompt, engine.episode(2).prompt]
+    assert env.env_is_wrapped(VecMonitor) == [False] * 3
+
+
+def test_adapter_refuses_next_step_autoreset():
+    from cosmos3_gym.env.vector_env import Cosmos3RolloutVectorEnv
+
+    with pytest.raises(ValueError, match="SAME_STEP"):
+        Cosmos3SB3VecEnv(Cosmos3RolloutVectorEnv(2, num_steps=2))
+
+
+def test_per_env_options_and_indices():
+    env = Cosmos3SB3VecEnv.make("Cosmos3Rollout-v0", num_envs=2, num_steps=2, reward="none")
+    env.set_options([{"prompt": "a red ball"}, {"prompt": "a blue square"}])
+    env.reset()
+    assert env.get_attr("prompt") == ["a red ball", "a blue square"]
+    assert env.get_attr("prompt", indices=np.int64(1)) == ["a blue square"]
+    with pytest.raises(ValueError, match=r"indices=\[5\]"):
+        env.get_attr("prompt", indices=[5])
+    env.set_options([{"prompt": "a red ball"}, {}])
+    with pytest.raises(ValueError, match="given for some envs only"):
+        env.reset()

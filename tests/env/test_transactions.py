@@ -1,0 +1,349 @@
+"""A call that raises leaves everything exactly as it was (DESIGN section 13).
+
+Each test makes a call fail (bad input, a forward or a reward function that throws,
+Ctrl-C) and checks that the env's whole state is unchanged and that the episode goes on
+to the same result as a run that never failed.
+"""
+
+import copy
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_episode
+from cosmos3_gym.model.model import Cosmos3Model
+
+
+def make_vec(num_envs=2, **kwargs):
+    return gym.make_vec("Cosmos3Rollout-v0", num_envs=num_envs, vectorization_mode="vector_entry_point",
+                        num_steps=kwargs.pop("num_steps", 3), **kwargs)
+
+
+def same_state(a: dict, b: dict) -> bool:
+    """Two vector-env ``get_state()`` snapshots are equal in every field."""
+    if a["rng"] != b["rng"]:
+        return False
+    for x, y in zip(a["engine"]["episodes"], b["engine"]["episodes"]):
+        if (x is None) != (y is None):
+            return False
+        if x is None:
+            continue
+        for name, value in vars(x).items():
+            other = getattr(y, name)
+            if isinstance(value, torch.Tensor):
+                if not torch.equal(value, other):
+                    return False
+            elif isinstance(value, torch.Generator):
+                if not torch.equal(value.get_state(), other.get_state()):
+                    return False
+            elif value != other:
+                return False
+    return True
+
+
+class FailOnce:
+    """A forward hook raising ``error`` at its first call (a crash, or Ctrl-C during a forward)."""
+
+    def __init__(self, error):
+        self.error, self.fired = error, False
+
+    def __call__(self, module, args, output):
+        if not self.fired:
+            self.fired = True
+            raise self.error
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), RuntimeError("boom")])
+@pytest.mark.parametrize("fail_at", [0, 1])
+def test_a_forward_that_throws_leaves_the_episode_steppable(make_env, error, fail_at):
+    env = make_env(num_steps=3)
+    _, _, reference = run_episode(env, seed=5)
+    env.reset(seed=5)
+    for _ in range(fail_at):
+        env.step(env.unwrapped.default_action)
+    state = env.unwrapped.get_state()
+    hook = env.unwrapped.model.transformer.layers[1].register_forward_hook(FailOnce(error))
+    try:
+        with pytest.raises(type(error)):
+            env.step(env.unwrapped.default_action)
+    finally:
+        hook.remove()
+    assert same_state(state, env.unwrapped.get_state())
+    infos = [env.step(env.unwrapped.default_action)[4] for _ in range(3 - fail_at)]
+    assert [i["log_prob"] for i in infos] == [i["log_prob"] for i in reference[fail_at:]]
+    assert torch.equal(infos[-1]["trajectory"].latents, reference[-1]["trajectory"].latents)
+
+
+class FlakyReward:
+    """A reward function that raises (or returns NaN) at its first call, then scores brightness."""
+
+    def __init__(self, failure):
+        self.failure, self.calls = failure, 0
+
+    def __call__(self, frames, prompts):
+        self.calls += 1
+        if self.calls == 1:
+            if self.failure == "nan":
+                return np.full(len(frames), np.nan, dtype=np.float32)
+            raise self.failure
+        return frames.astype(np.float32).mean(axis=(1, 2, 3, 4)) / 255.0
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("reward server down"), KeyboardInterrupt(), "nan"])
+def test_a_reward_that_fails_keeps_the_last_step_and_trajectory(make_env, failure):
+    env = make_env(num_steps=2, reward_fn=FlakyReward(failure))
+    env.reset(seed=3)
+    env.step(env.unwrapped.default_action)
+    state = env.unwrapped.get_state()
+    with pytest.raises(ValueError if failure == "nan" else type(failure), match="non-finite" if failure == "nan" else None):
+        env.step(env.unwrapped.default_action)
+    assert same_state(state, env.unwrapped.get_state())
+    _, reward, terminated, _, info = env.step(env.unwrapped.default_action)  # the same step, retried
+    assert terminated and info["trajectory"].num_steps == 2
+    assert reward == pytest.approx(info["frames"].astype(np.float32).mean() / 255.0, abs=1e-6)
+
+
+def test_a_failing_reward_does_not_wedge_the_vector_env():
+    venv = make_vec(2, num_steps=2, reward_fn=FlakyReward(RuntimeError("boom")))
+    venv.reset(seed=0)
+    actions = np.tile(venv.default_action, (2, 1))
+    venv.step(actions)
+    state = venv.get_state()
+    with pytest.raises(RuntimeError, match="boom"):
+        venv.step(actions)
+    assert same_state(state, venv.get_state())
+    _, rewards, terminated, _, info = venv.step(actions)
+    assert terminated.all() and (rewards > 0).all() and info["_trajectory"].all()
+    _, _, _, _, info = venv.step(actions)  # NEXT_STEP autoreset, as usual
+    assert "trajectory" not in info
+
+
+def test_a_failing_autoreset_changes_nothing(monkeypatch):
+    venv = make_vec(2, num_steps=1)
+    venv.reset(seed=0)
+    actions = np.tile(venv.default_action, (2, 1))
+    venv.step(actions)  # both envs end: the next step autoresets them
+    state = venv.get_state()
+    model = venv.unwrapped.model
+    original = model.tokenize
+    monkeypatch.setattr(model, "tokenize", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        venv.step(actions)
+    assert same_state(state, venv.get_state())
+    monkeypatch.setattr(model, "tokenize", original)
+    obs, *_ = venv.step(actions)
+    assert obs["step"].tolist() == [[0], [0]]
+
+
+@pytest.mark.parametrize("seed,match", [
+    (-1, r"seed=-1 is out of range; seeds lie in \[0, 2\*\*63 - 1\]"),
+    (2**64, "out of range"),
+    ("7", "seed='7' is not an integer"),
+    (2**63 - 1, "too large for 2 envs"),
+])
+def test_bad_seeds_change_nothing(seed, match):
+    venv = make_vec(2)
+    venv.reset(seed=0)
+    venv.step(np.tile(venv.default_action, (2, 1)))
+    state = venv.get_state()
+    with pytest.raises(ValueError, match=match):
+        venv.reset(seed=seed)
+    if seed != 2**63 - 1:  # a valid seed for one env
+        with pytest.raises(ValueError, match=r"seed\[1\]="):
+            venv.reset(seed=[1, seed])
+        with pytest.raises(ValueError, match=r"seeds\[j\]="):
+            venv.fork(0, [1], seeds=[seed])
+    assert same_state(state, venv.get_state())
+
+
+def test_the_largest_seed_works(make_env):
+    env = make_env(num_steps=1)
+    _, info = env.reset(seed=2**63 - 1)
+    assert info["seed"] == 2**63 - 1
+
+
+def test_fork_checks_everything_before_changing_anything():
+    venv = make_vec(3)
+    venv.reset(seed=0)
+    venv.step(np.tile(venv.default_action, (3, 1)))
+    state = venv.get_state()
+    for args, kwargs in [((0, [1, 1]), {}), ((0, [1, 2]), {"seeds": [1]}), ((0, [1, 5]), {}),
+                         ((0, [1, 2]), {"seeds": [3, -4]})]:
+        with pytest.raises(ValueError):
+            venv.fork(*args, **kwargs)
+        assert same_state(state, venv.get_state())
+
+
+def test_set_state_from_another_configuration_is_refused_whole(make_env):
+    env = make_env(num_steps=3)
+    env.reset(seed=0)
+    env.step(env.unwrapped.default_action)
+    state = env.unwrapped.get_state()
+    other = make_env(num_steps=2)
+    other.reset(seed=1)
+    foreign = other.unwrapped.get_state()
+    with pytest.raises(ValueError, match="num_steps=2; this env has 3"):
+        env.unwrapped.set_state(foreign)
+    t2i = make_env("Cosmos3RolloutT2I-v0", num_steps=3)
+    t2i.reset(seed=1)
+    with pytest.raises(ValueError, match="latent_shape"):
+        env.unwrapped.set_state(t2i.unwrapped.get_state())
+    venv = make_vec(2)
+    venv.reset(seed=0)
+    with pytest.raises(ValueError, match="holds 2 envs; this env has 1"):
+        env.unwrapped.set_state(venv.get_state())
+    assert same_state(state, env.unwrapped.get_state())
+    env.step(env.unwrapped.default_action)
+
+
+def test_restoring_a_mid_episode_state_of_a_vector_env():
+    venv = make_vec(2, num_steps=3)
+    venv.reset(seed=4)
+    actions = np.tile(venv.default_action, (2, 1))
+    venv.step(actions)
+    state = venv.get_state()
+    first = [venv.step(actions) for _ in range(2)]
+    assert first[-1][2].all()
+    venv.set_state(state)
+    again = [venv.step(actions) for _ in range(2)]
+    np.testing.assert_array_equal(first[-1][0]["latent"], again[-1][0]["latent"])
+    np.testing.assert_array_equal(first[-1][4]["log_prob"], again[-1][4]["log_prob"])
+
+
+def test_a_model_used_from_two_threads_is_a_clear_error():
+    model = Cosmos3Model.embedded(device="cpu")
+    a = gym.make("Cosmos3Rollout-v0", num_steps=2, model=model)
+    b = gym.make("Cosmos3Rollout-v0", num_steps=2, model=model)
+    a.reset(seed=0)
+    b.reset(seed=0)
+    state = b.unwrapped.get_state()
+    held, release, errors = threading.Event(), threading.Event(), []
+
+    def hold_the_model():  # thread A in the middle of a forward
+        with model.exclusive("thread A"):
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold_the_model)
+    thread.start()
+    held.wait(10)
+    try:
+        with pytest.raises(RuntimeError, match="in use by another thread"):
+            b.step(b.unwrapped.default_action)
+        with pytest.raises(RuntimeError, match="in use by another thread"):
+            b.unwrapped.update_weights({"proj_out.bias": model.transformer.proj_out.bias + 1})
+    finally:
+        release.set()
+        thread.join()
+    assert same_state(state, b.unwrapped.get_state()) and model.weights_version == 0
+    assert not errors
+    b.step(b.unwrapped.default_action)
+    a.step(a.unwrapped.default_action)
+
+
+def test_ctrl_c_while_a_step_is_installed_is_raised_after_it_and_never_wedges(monkeypatch):
+    """A real SIGINT that lands while a computed step is installed is held back until the
+    installation is complete: the env is then after the step (never half-way), and at the last
+    step the ended episode autoresets as usual instead of refusing every later step."""
+    import signal
+
+    venv = make_vec(2, num_steps=2)
+    venv.reset(seed=0)
+    actions = np.tile(venv.default_action, (2, 1))
+    engine = venv.unwrapped.engine
+    install = engine._install
+
+    def interrupted(*args):
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C in the middle of the installation
+        install(*args)
+
+    monkeypatch.setattr(engine, "_install", interrupted)
+    for expected_step in (1, 2):
+        with pytest.raises(KeyboardInterrupt, match="it is installed"):
+            venv.step(actions)
+        assert [e.step for e in engine.episodes] == [expected_step] * 2
+    monkeypatch.setattr(engine, "_install", install)
+    assert venv.unwrapped._needs_reset.all()  # the episodes ended with the last step
+    obs, *_ = venv.step(actions)  # NEXT_STEP autoreset
+    assert obs["step"].tolist() == [[0], [0]]
+
+
+def test_an_interrupted_call_never_locks_the_model(make_env):
+    import threading
+
+    env = make_env(num_steps=2)
+    env.reset(seed=0)
+    env.unwrapped.model._owner = threading.get_ident()  # what a call cut short inside exclusive() leaves
+    env.step(env.unwrapped.default_action)
+    assert env.unwrapped.model._owner is None
+
+
+def test_weights_changed_behind_update_weights_are_not_served_from_the_text_cache(make_env):
+    env = make_env(num_steps=3, device="cpu")
+    env.reset(seed=2, options={"prompt": "a red ball"})
+    env.step(env.unwrapped.default_action)  # caches the text keys/values
+    state = env.unwrapped.get_state()
+    model = env.unwrapped.model
+    new = {k: v * 1.5 if k.endswith("self_attn.to_k.weight") else v
+           for k, v in model.transformer.state_dict().items()}
+    model.transformer.load_state_dict(new)  # not through update_weights
+    cached = env.step(env.unwrapped.default_action)[0]["latent"]
+    fresh = make_env(num_steps=3, model=copy.deepcopy(model))
+    fresh.reset(seed=0)
+    fresh.unwrapped.set_state(state)
+    np.testing.assert_array_equal(fresh.step(env.unwrapped.default_action)[0]["latent"], cached)
+
+
+@pytest.mark.parametrize("corrupt,match", [
+    (lambda e: setattr(e, "step", True), "step=True"),
+    (lambda e: setattr(e, "step", 1.5), "step=1.5"),
+    (lambda e: setattr(e, "sigmas", e.sigmas[:2]), "has sigmas"),
+    (lambda e: setattr(e, "noises", e.noises[:, :2]), "has noises"),
+    (lambda e: setattr(e, "cond_ids", (10**9,)), "token ids outside"),
+    (lambda e: setattr(e, "rng", None), "generator"),
+])
+def test_a_corrupted_state_is_refused_whole(make_env, corrupt, match):
+    env = make_env(num_steps=3)
+    env.reset(seed=0)
+    env.step(env.unwrapped.default_action)
+    state = env.unwrapped.get_state()
+    bad = env.unwrapped.get_state()
+    corrupt(bad["engine"]["episodes"][0])
+    with pytest.raises(ValueError, match=match):
+        env.unwrapped.set_state(bad)
+    assert same_state(state, env.unwrapped.get_state())
+    env.step(env.unwrapped.default_action)
+
+
+def test_a_state_of_another_fps_is_refused(make_env):
+    env = make_env(num_steps=2)
+    env.reset(seed=0)
+    other = make_env(num_steps=2, fps=12.0)
+    other.reset(seed=0)
+    with pytest.raises(ValueError, match="fps=12.0; this env has 24.0"):
+        env.unwrapped.set_state(other.unwrapped.get_state())
+
+
+def test_single_env_reset_checks_before_reseeding(make_env):
+    env = make_env(num_steps=2)
+    env.reset(seed=3)
+    before = env.unwrapped.np_random.bit_generator.state
+    with pytest.raises(ValueError, match="unknown reset option"):
+        env.reset(seed=4, options={"bogus": 1})
+    with pytest.raises(ValueError, match="vector-env option"):
+        env.reset(seed=4, options={"reset_mask": [False]})
+    assert env.unwrapped.np_random.bit_generator.state == before
+    _, info = env.reset(seed=np.int64(5))
+    assert info["seed"] == 5
+
+
+def test_a_failed_first_reset_leaves_gym_make_envs_usable(make_env):
+    env = make_env(num_steps=2)
+    with pytest.raises(ValueError, match="prompt"):
+        env.reset(seed=0, options={"prompt": 5})
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(env.unwrapped.default_action)
+    assert np.isfinite(info["log_prob"])

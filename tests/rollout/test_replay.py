@@ -1,0 +1,71 @@
+"""The trainer's side: replay_log_probs needs only a model and trajectories, and repeats the rollout."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from cosmos3_gym.rollout.transition import replay_log_probs
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def episode():
+    venv = gym.make_vec("Cosmos3Rollout-v0", num_envs=3, vectorization_mode="vector_entry_point", num_steps=STEPS,
+                        reward="none", device="cpu")
+    venv.reset(seed=5, options={"prompt": ["a red ball", "a blue square falls", "green"]})
+    for k in range(STEPS):
+        actions = np.array([[2.0 + i + k, 0.4 + 0.1 * i] for i in range(3)], dtype=np.float32)
+        _, _, _, _, info = venv.step(actions)
+    return venv.unwrapped.model, list(info["trajectory"])
+
+
+def test_replay_in_env_order_is_bit_exact(episode):
+    model, trajectories = episode
+    rollout = torch.stack([t.log_probs for t in trajectories])
+    assert torch.equal(replay_log_probs(model, trajectories), rollout)
+    sums = torch.stack([t.log_prob_sums for t in trajectories])
+    assert torch.equal(replay_log_probs(model, trajectories, reduction="sum"), sums)
+
+
+def test_a_subset_of_steps_is_bit_exact_too(episode):
+    """Flow-GRPO trains on a fraction of the timesteps: steps [1, 3] replay without step 0."""
+    model, trajectories = episode
+    rollout = torch.stack([t.log_probs for t in trajectories])
+    assert torch.equal(replay_log_probs(model, trajectories, steps=[1, 3]), rollout[:, [1, 3]])
+
+
+def test_micro_batches_agree_to_float_rounding(episode):
+    model, trajectories = episode
+    rollout = torch.stack([t.log_probs for t in trajectories])
+    replayed = replay_log_probs(model, trajectories, micro_batch=2)
+    assert replayed.shape == rollout.shape
+    assert (torch.exp(replayed - rollout) - 1).abs().max() <= 1e-6
+    alone = replay_log_probs(model, trajectories[0])  # one trajectory: [N]
+    assert alone.shape == (STEPS,) and (torch.exp(alone - rollout[0]) - 1).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"steps": [4]}, r"steps=\[4\] must be step indices \(ints\) in \[0, 4\)"),
+    ({"steps": [0.9]}, r"steps=\[0.9\]"),
+    ({"steps": "01"}, "steps='01'"),
+    ({"steps": [True]}, r"steps=\[True\]"),
+    ({"micro_batch": 2.5}, "micro_batch=2.5"),
+    ({"micro_batch": 0}, "micro_batch=0"),
+    ({"reduction": "max"}, "reduction='max'"),
+])
+def test_bad_arguments(episode, kwargs, match):
+    model, trajectories = episode
+    with pytest.raises(ValueError, match=match):
+        replay_log_probs(model, trajectories, **kwargs)
+
+
+def test_mixed_trajectories_are_refused(episode):
+    model, trajectories = episode
+    other = gym.make("Cosmos3Rollout-v0", num_steps=2, reward="none", model=model)
+    other.reset(seed=0)
+    for _ in range(2):
+        *_, info = other.step(other.unwrapped.default_action)
+    with pytest.raises(ValueError, match="differ in steps"):
+        replay_log_probs(model, [trajectories[0], info["trajectory"]])
