@@ -21,6 +21,7 @@ import torch
 from PIL import Image
 
 from .model.model import Cosmos3Model, compiles_by_default
+from .model.diffusers_private import encode_video
 from .model.packing import PackedRows
 from .model.tiny_model import SCHEDULER_CONFIG, build_tiny_tokenizer
 from .rollout.transition import pack_cfg_rows, replay_log_probs
@@ -177,7 +178,7 @@ def measure_pipeline(model: Cosmos3Model, request: dict, samples: int, options: 
     seconds = sum(_timed(lambda: sample(i), device) for i in tqdm(range(samples), desc="diffusers pipeline"))
     empty_video = torch.zeros(1, 3, request["num_frames"], request["height"], request["width"], device=device,
                               dtype=model.dtype)
-    encode = _timed(lambda: pipe._encode_video(empty_video), device, 2)
+    encode = _timed(lambda: encode_video(pipe, empty_video), device, 2)
     return samples / seconds, encode
 
 

@@ -15,7 +15,8 @@ from ..model.interrupts import deferred_interrupts
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, observation_space
-from ..rollout.streams import LOG_PROB_INFO, OBS_KEYS, checked_domain
+from ..rollout.streams import LOG_PROB_INFO, OBS_KEYS
+from ..rollout.tasks import checked_domain
 from .infos import object_column, split_final_info
 
 OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")

@@ -20,11 +20,13 @@ import numpy as np
 import torch
 
 from ..model.interrupts import deferred_interrupts
-from ..model.model import ACTION_MODES, Condition, Cosmos3Model
+from ..model.conditions import Condition
+from ..model.model import Cosmos3Model
 from ..model.packing import RowSpec
 from .schedule import SigmaGrid
 from .sde import KINDS
-from .streams import LATENTS, LOG_PROB_SUMS, NOISES, checked_domain
+from .streams import LATENTS, LOG_PROB_SUMS, NOISES
+from .tasks import ROBOT_TASKS, checked_domain
 from .transition import pack_cfg_rows, replay_log_probs, transition
 from .trajectory import Trajectory
 
@@ -84,8 +86,8 @@ class ActionTask:
     view_point: str = "ego_view"
 
     def __post_init__(self):
-        if self.mode not in ACTION_MODES:
-            raise ValueError(f"action mode={self.mode!r} is not supported; choose one of {ACTION_MODES}")
+        if self.mode not in ROBOT_TASKS:
+            raise ValueError(f"action mode={self.mode!r} is not supported; choose one of {list(ROBOT_TASKS)}")
         if isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1:
             raise ValueError(f"chunk={self.chunk!r} must be an integer >= 1 (actions per request)")
 

@@ -17,7 +17,8 @@ import torch
 from ..model.model import Cosmos3Model
 from ..model.packing import PackedRows, RowSpec
 from .sde import sde_step
-from .streams import LATENTS, checked_domain
+from .streams import LATENTS
+from .tasks import checked_domain
 from .trajectory import Trajectory
 
 

@@ -37,8 +37,9 @@ import torch
 
 from .args import parse_args, require_at_least
 from ..model.model import Cosmos3Model, load_component
+from ..model.diffusers_private import crop_action_latent, encode_video
 from ..model.packing import RowSpec, to_device
-from ..rollout.streams import checked_domain
+from ..rollout.tasks import checked_domain
 from ..model.tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
 from ..rollout.procedural_world import action_chunks, dataset
 
@@ -152,7 +153,7 @@ def canvas_reconstruction(model: Cosmos3Model, clips: np.ndarray, resolution_tie
     vae, pipe = model.vae, model.pipeline
     canvas, content = model.action_canvases(clips, resolution_tier, clips.shape[1])
     posterior = vae.encode(canvas).latent_dist
-    recon = vae.decode(pipe._remove_action_video_padding_from_latent(posterior.sample(), content)).sample
+    recon = vae.decode(crop_action_latent(pipe, posterior.sample(), content)).sample
     return recon, _pixels(clips, recon.device), posterior.kl().mean()
 
 
@@ -289,7 +290,7 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
             frames = frames[:, :1]
         prompts = image_captions if task == "t2i" else captions
         num_frames = frames.shape[1]
-        video = model.pipeline._encode_video(_pixels(frames, args.device))
+        video = encode_video(model.pipeline, _pixels(frames, args.device))
     given_latents = 0
     if action:  # the clean latent frames: the first (policy, forward dynamics) or all (inverse dynamics)
         given = num_frames if task == "inverse_dynamics" else 1

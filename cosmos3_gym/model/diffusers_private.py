@@ -1,0 +1,45 @@
+"""Every private diffusers symbol the package relies on, and nothing else.
+
+diffusers 0.42 ships Cosmos 3's prompt templates, position ids, conditioning preprocessors and
+embodiment tables inside the pipeline module, most of them underscored. They are reached here
+only, each under a name that says what it does, so that a diffusers upgrade that moves one of
+them touches this file and no other.
+"""
+
+from __future__ import annotations
+
+from diffusers.models.transformers import transformer_cosmos3 as _transformer
+from diffusers.pipelines.cosmos import pipeline_cosmos3_omni as _pipeline
+
+rotate_half = _transformer._rotate_half  # the rotary embedding's half rotation
+mrope_text_ids = _pipeline.get_3d_mrope_ids_text_tokens  # 3-D mRoPE position ids of text tokens
+mrope_vae_ids = _pipeline.get_3d_mrope_ids_vae_tokens  # ... of latent (vision, sound, action) tokens
+preprocess_conditioning_image = _pipeline._preprocess_conditioning_image  # uint8 [H, W, 3] -> [1, 3, H, W]
+ACTION_RESOLUTION_BINS = _pipeline._ACTION_RESOLUTION_BINS  # {tier: aspect-ratio bins} of action canvases
+
+
+def embodiment_domains() -> dict[str, tuple[int, int]]:
+    """``{embodiment: (domain id, raw action dimension)}`` for the embodiments with a fixed action width."""
+    return {name: (_pipeline._EMBODIMENT_TO_DOMAIN_ID[name], dim)
+            for name, dim in _pipeline._EMBODIMENT_TO_RAW_ACTION_DIM.items()}
+
+
+def encode_video(pipeline, frames):
+    """The pipeline's VAE encode of pixel frames ``[B, 3, F, H, W]`` in [-1, 1] (normalised latents)."""
+    return pipeline._encode_video(frames)
+
+
+def crop_action_latent(pipeline, latent, content):
+    """A latent of an action canvas cropped back to the content the canvas was padded from."""
+    return pipeline._remove_action_video_padding_from_latent(latent, content)
+
+
+def action_canvas(pipeline, frames, resolution_tier: int, num_frames: int, device, dtype):
+    """Frames (float [0, 1] arrays) padded into the tier's canvas as an action request pads them:
+    ``(pixels [1, 3, num_frames, H, W] in [-1, 1], size record, ...)``."""
+    return pipeline._prepare_action_video_conditioning(frames, resolution_tier, num_frames, device=device, dtype=dtype)
+
+
+def sound_hop_size(sound_tokenizer) -> int:
+    """Audio samples per sound latent frame."""
+    return sound_tokenizer._hop_size
