@@ -16,7 +16,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ..rollout.engine import SEED_RANGE, per_env_seeds
+from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds
 from .presets import Preset, load_preset
 from .spaces import checked_options
 
@@ -244,15 +244,10 @@ class Cosmos3RayVectorEnv(VectorEnv):
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
         options = checked_options(options, ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions",
                                             "domain"))
-        seeds = per_env_seeds(seed, self.num_envs)
-        if seeds is None:
-            seeds = [int(s) for s in self._rng.integers(SEED_RANGE[0], SEED_RANGE[1], self.num_envs, endpoint=True)]
+        seeds, rng = reset_seeds(seed, self.num_envs, self._rng)
         if "prompt" not in options and self.preset.conditioning == "none":
-            # The in-process env's draw for reset(seed=s): one prompt per group from default_rng(s).
-            rng = np.random.default_rng(seeds[0])
-            groups = self.num_envs // self.group_size
-            options["prompt"] = [self.preset.prompts[int(i)] for i in rng.integers(len(self.preset.prompts),
-                                                                                     size=groups)]
+            # The in-process env's draw: one prompt per group
+            options["prompt"] = draw_prompts(rng, self.preset.prompts, self.num_envs // self.group_size)
         per_worker = [{} for _ in self._workers]
         for key, value in options.items():
             if key == "reset_mask":
@@ -293,7 +288,7 @@ class Cosmos3RayVectorEnv(VectorEnv):
 
         src, dst = checked_fork(src, dst, seeds, self.num_envs)
         if seeds is None:
-            seeds = [int(s) for s in self._rng.integers(SEED_RANGE[0], SEED_RANGE[1], len(dst), endpoint=True)]
+            seeds = draw_seeds(self._rng, len(dst))
         per_worker = len(self._slices[0])
         home = self._workers[src // per_worker]
         episode = self._gather([home.export_episode.remote(src % per_worker)], "fork")[0]

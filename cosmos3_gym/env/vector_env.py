@@ -10,7 +10,8 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ..rollout.engine import SEED_RANGE, RolloutEngine, per_env_seeds, rng_continuation
+from ..rollout.engine import RolloutEngine
+from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds, rng_continuation
 from ..model.interrupts import deferred_interrupts
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
@@ -203,22 +204,6 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         allowed = f"{self.num_envs} (one per env)" if self.group_size == 1 else f"{groups} (one per group)"
         raise ValueError(f"options[{name!r}] has {len(value)} entries; expected a str or a list of {allowed}")
 
-    @staticmethod
-    def _draw_prompts(rng: np.random.Generator, prompts: tuple[str, ...], count: int) -> list[str]:
-        return [prompts[int(i)] for i in rng.integers(len(prompts), size=count)]
-
-    @staticmethod
-    def _draw_seeds(rng: np.random.Generator, count: int) -> list[int]:
-        return [int(s) for s in rng.integers(SEED_RANGE[0], SEED_RANGE[1], size=count, endpoint=True)]
-
-    def _seeds(self, seed) -> tuple[list[int], np.random.Generator]:
-        """Per-env seeds for ``reset(seed=...)`` and the env RNG to continue with (not installed)."""
-        seeds = per_env_seeds(seed, self.num_envs)
-        if seeds is not None:
-            return seeds, np.random.default_rng(seeds[0])
-        rng = self._rng_copy()
-        return self._draw_seeds(rng, self.num_envs), rng
-
     def _rng_copy(self) -> np.random.Generator:
         """The env RNG's continuation, to draw from and install only once a call succeeds."""
         return rng_continuation(self._rng)
@@ -230,7 +215,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             raise ValueError(f"options['reset_mask'] is {mask!r}; expected a bool array of shape ({self.num_envs},)")
         if not mask.all() and not self._was_reset:
             raise ValueError("options['reset_mask'] must select every env on the first reset()")
-        seeds, rng = self._seeds(seed)
+        seeds, rng = reset_seeds(seed, self.num_envs, self._rng_copy())
         envs = np.flatnonzero(mask).tolist()
         episodes = self._prepare_episodes(rng, options, envs, seeds)
         # Everything is checked: install.
@@ -268,7 +253,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         if frames_key is not None and options.get(frames_key) is None:
             clips, default_prompts = self._draw_scenes(rng, groups)
         else:
-            clips, default_prompts = None, self._draw_prompts(rng, p.prompts, groups)
+            clips, default_prompts = None, draw_prompts(rng, p.prompts, groups)
         prompts = self._per_env("prompt", options.get("prompt"), default_prompts)
         negatives = self._per_env("negative_prompt", options.get("negative_prompt"), p.negative_prompt)
         domains = self._per_env("domain", options.get("domain"), p.domain) if p.action_task else [""] * self.num_envs
@@ -365,7 +350,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
 
     def _prepare_autoreset(self, envs: list[int], rng: np.random.Generator) -> dict:
         """Fresh episodes for ``envs`` (new seeds; new prompts and conditions per GRPO group), not installed."""
-        seeds = self._draw_seeds(rng, len(envs))
+        seeds = draw_seeds(rng, len(envs))
         return dict(zip(envs, self._prepare_episodes(rng, {}, envs, dict(zip(envs, seeds)))))
 
     # --- step -----------------------------------------------------------------------
@@ -528,7 +513,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         if not dst or len(set(dst)) != len(dst) or not all(0 <= d < n for d in dst):
             raise ValueError(f"import_episode(dst={dst!r}): dst must be distinct env indices in [0, {n})")
         rng = self._rng_copy()
-        seeds = self._draw_seeds(rng, len(dst)) if seeds is None else list(seeds)
+        seeds = draw_seeds(rng, len(dst)) if seeds is None else list(seeds)
         children = self.engine.prepare_fork(episode, dst, seeds)
         with deferred_interrupts():
             self.engine.commit(resets=children)

@@ -25,45 +25,11 @@ from ..model.model import Cosmos3Model
 from ..model.packing import RowSpec
 from .schedule import SigmaGrid
 from .sde import KINDS
+from .seeding import checked_seed
 from .streams import LATENTS, LOG_PROB_SUMS, NOISES
 from .tasks import ROBOT_TASKS, checked_domain
 from .transition import pack_cfg_rows, replay_log_probs, transition
 from .trajectory import Trajectory
-
-SEED_RANGE = (0, 2**63 - 1)
-
-
-def checked_seed(seed, name: str = "seed") -> int:
-    """``seed`` as an int in :data:`SEED_RANGE`, or ``ValueError`` naming it."""
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"{name}={seed!r} is not an integer; pass an int in [0, 2**63 - 1] or None")
-    if not SEED_RANGE[0] <= int(seed) <= SEED_RANGE[1]:
-        raise ValueError(f"{name}={seed} is out of range; seeds lie in [0, 2**63 - 1]")
-    return int(seed)
-
-
-def per_env_seeds(seed, num_envs: int) -> list[int] | None:
-    """The seeds of ``reset(seed=...)`` for ``num_envs`` envs: one per env from a list, ``s + i``
-    for an int ``s``, None for None (the caller draws); ``ValueError`` naming what is wrong."""
-    if isinstance(seed, np.ndarray) and seed.ndim == 0:
-        seed = seed.item()
-    if seed is None:
-        return None
-    if isinstance(seed, (list, tuple, np.ndarray)):
-        if len(seed) != num_envs:
-            raise ValueError(f"seed has {len(seed)} entries; expected one per env ({num_envs})")
-        return [checked_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
-    first = checked_seed(seed)
-    if first + num_envs - 1 > SEED_RANGE[1]:
-        raise ValueError(f"seed={seed} is too large for {num_envs} envs (env i gets seed + i <= 2**63 - 1)")
-    return [first + i for i in range(num_envs)]
-
-
-def rng_continuation(rng: np.random.Generator) -> np.random.Generator:
-    """A numpy generator in ``rng``'s state: draw from it, and install it only once a call succeeds."""
-    copy = np.random.default_rng()
-    copy.bit_generator.state = rng.bit_generator.state
-    return copy
 
 
 def _fork_rng(rng: torch.Generator) -> torch.Generator:

@@ -19,7 +19,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ..rollout.engine import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
+from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
 from ..model.interrupts import deferred_interrupts
 from ..env.presets import load_preset
 from ..env.spaces import build_engine, checked_action, checked_options
