@@ -1,0 +1,234 @@
+"""The world-evaluation harness on stand-in worlds whose answers are known, and its statistics on
+hand-made numbers.
+
+* a copy of the truth (a world running its own ``ProceduralWorld-v0``): ratio 0, rho 1, MMRV 0,
+  exploit rate 0;
+* a world that pushes the object onto the goal whatever the agent commands (ignores actions, every
+  episode an imagined success at step 1): ratio 1, and exactly the replays that fail in the truth
+  are exploits;
+* a world frozen on its reset frame (ignores actions, never succeeds): ratio 1, no exploit rate,
+  MMRV in closed form.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from cosmos3_gym.rollout.procedural_world import GOALS, MAX_SPEED, PushTask, draw
+from cosmos3_gym.world import harness
+from cosmos3_gym.world.envs import ProceduralWorldEnv
+
+EPISODES = 12
+SEEDS = list(range(EPISODES))
+
+
+class CopyWorld(gym.Env):
+    """The imagined world IS the truth: its own ProceduralWorldEnv, stepped as given."""
+
+    def __init__(self):
+        self.inner = ProceduralWorldEnv()
+        self.observation_space, self.action_space = self.inner.observation_space, self.inner.action_space
+        self.horizon = self.inner.horizon
+
+    def reset(self, *, seed=None, options=None):
+        return self.inner.reset(seed=seed, options=options)
+
+    def step(self, action):
+        return self.inner.step(action)
+
+
+class GoalPushWorld(CopyWorld):
+    """Ignores the agent's actions: every step pushes the object with the command that carries it
+    onto the goal's centre (so every episode is an imagined success after one step)."""
+
+    def step(self, action):
+        inner = self.inner
+        target = np.array(GOALS[inner.task.goal]) * inner.size
+        command = np.clip((target - np.array(inner.position)) / (MAX_SPEED * inner.chunk), -1, 1)
+        return inner.step(np.tile(command, (inner.chunk, 1)).astype(np.float32))
+
+
+class FrozenWorld(CopyWorld):
+    """Ignores the agent's actions: the reset frame forever, reward 0, never a success."""
+
+    def reset(self, *, seed=None, options=None):
+        self.frame, info = self.inner.reset(seed=seed, options=options)
+        self.t, self.prompt = 0, info["prompt"]
+        return self.frame.copy(), info
+
+    def step(self, action):
+        self.t += 1
+        frames = np.repeat(self.frame[None], self.inner.chunk, axis=0)
+        return self.frame.copy(), 0.0, False, self.t >= self.horizon, {
+            "prompt": self.prompt, "frames": frames, "success": False}
+
+
+@pytest.fixture(scope="module")
+def truth():
+    return ProceduralWorldEnv()
+
+
+@pytest.fixture(scope="module")
+def copy_record(truth):
+    return harness.evaluate_world(CopyWorld(), truth, episodes=EPISODES, progress=False, label="copy")
+
+
+def test_a_copy_of_the_truth_is_trusted_exactly(copy_record):
+    sens = copy_record["sensitivity"]
+    assert sens["ratio"] == 0.0 and sens["zero_ratio"] == 0.0
+    assert all(e == 0.0 for episode in sens["errors"]["true"] for e in episode)
+    assert sens["pairs"]["true"] > EPISODES  # episodes ran several steps, not one
+    assert sens["lost"] == {"true": 0.0, "shuffled": 0.0, "zero": 0.0}
+    assert sens["median_error"]["shuffled"] > 2.0 and sens["median_error"]["zero"] > 2.0  # pixels
+    assert all(m > 0 for m in sens["per_step"]["shuffled"]["median"] if m is not None)
+    assert sorted(sens["shuffle"]) == SEEDS and all(i != j for i, j in enumerate(sens["shuffle"]))
+    rows = copy_record["policies"]
+    assert len(rows) >= 10
+    for row in rows:
+        assert row["true"] == row["imagined"], row["name"]
+    true_success = [r["true"]["success"] for r in rows]
+    assert max(true_success) == 1.0 and min(true_success) == 0.0  # the policies span the range
+    for metric in ("success", "return"):
+        assert copy_record["agreement"][metric] == {"pearson": pytest.approx(1.0), "spearman": pytest.approx(1.0),
+                                                     "mmrv": 0.0}
+    assert copy_record["exploit"]["rate"] == 0.0 and copy_record["exploit"]["imagined_successes"] > 0
+
+
+def test_a_world_that_pushes_to_the_goal_whatever_the_agent_does(truth):
+    record = harness.evaluate_world(GoalPushWorld(), truth, episodes=EPISODES, progress=False)
+    sens = record["sensitivity"]
+    # The imagined trajectory depends on the seed only, so the three conditions compare the same
+    # imagined frames with the same true ones: the ratios are 1 exactly, not merely near it.
+    assert sens["ratio"] == pytest.approx(1.0) and sens["zero_ratio"] == pytest.approx(1.0)
+    assert sens["errors"]["true"] == sens["errors"]["shuffled"] == sens["errors"]["zero"]
+    assert sens["median_error"]["true"] > 2.0
+    exploits = 0
+    for row in record["policies"]:
+        assert row["imagined"]["successes"] == [True] * EPISODES and row["imagined"]["steps"] == [1] * EPISODES
+        # The imagined episode is one step whose action the policy chose from the reset frame, as in
+        # the truth: its replay succeeds exactly where the true episode succeeded at step 1.
+        won_at_once = [s and n == 1 for s, n in zip(row["true"]["successes"], row["true"]["steps"])]
+        assert row["exploits"] == EPISODES - sum(won_at_once), row["name"]
+        assert row["exploit_rate"] == pytest.approx(row["exploits"] / EPISODES)
+        exploits += row["exploits"]
+    by_name = {row["name"]: row for row in record["policies"]}
+    assert by_name["still"]["exploit_rate"] == 1.0 and by_name["away"]["exploit_rate"] == 1.0
+    assert by_name["greedy"]["exploit_rate"] == 0.0
+    total = EPISODES * len(record["policies"])
+    assert record["exploit"] == {"rate": pytest.approx(exploits / total), "exploits": exploits,
+                                 "imagined_successes": total}
+    assert record["agreement"]["success"]["spearman"] is None  # imagined success is 1 for every policy
+
+
+def test_a_frozen_world_ignores_actions_and_never_succeeds(truth):
+    record = harness.evaluate_world(FrozenWorld(), truth, episodes=EPISODES, progress=False)
+    sens = record["sensitivity"]
+    assert sens["ratio"] == pytest.approx(1.0) and sens["zero_ratio"] == pytest.approx(1.0)
+    assert sens["pairs"]["true"] > 3 * EPISODES
+    assert record["exploit"] == {"rate": None, "exploits": 0, "imagined_successes": 0}
+    true = np.array([r["true"]["success"] for r in record["policies"]])
+    # every imagined score ties: each policy's worst violation is its true lead over the worst policy
+    assert record["agreement"]["success"]["mmrv"] == pytest.approx(float(np.mean(true - true.min())))
+    assert record["agreement"]["success"]["pearson"] is None
+
+
+def test_the_record_is_json_and_renders(copy_record, tmp_path):
+    text = json.dumps(copy_record, allow_nan=False)
+    assert json.loads(text)["sensitivity"]["ratio"] == 0.0
+    table = harness.markdown_report(copy_record)
+    assert all(f"| {row['name']} |" in table for row in copy_record["policies"])
+    assert "ratio **0.00**" in table and "exploit rate: **0%**" in table
+    harness.plot_report({"copy": copy_record, "again": copy_record}, tmp_path / "eval.png")
+    assert (tmp_path / "eval.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_policies_can_be_callables_or_models_with_predict(truth):
+    class Model:  # what SB3 offers: predict(obs, deterministic=True) -> (action, state)
+        def predict(self, obs, deterministic=False):
+            assert deterministic
+            return np.full((8, 2), -1.0, np.float32), None
+
+    record = harness.evaluate_policies(CopyWorld(), truth, {"model": Model(),
+                                       "callable": lambda obs, info, rng: np.zeros((8, 2), np.float32)},
+                                       SEEDS[:3], progress=False)
+    assert [r["name"] for r in record["policies"]] == ["model", "callable"]
+    assert record["policies"][0]["true"]["returns"] != record["policies"][1]["true"]["returns"]
+    with pytest.raises(TypeError, match="not a policy"):
+        harness.as_policy(42)
+
+
+# --- closed forms -----------------------------------------------------------------------------
+def test_pearson_and_spearman_on_hand_made_numbers():
+    assert harness.pearson([1, 2, 3], [1, 2, 4]) == pytest.approx(9 / math.sqrt(84))  # cov 3, var 2 and 14/3
+    assert harness.spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)  # 1 - 6 * 4 / (5 * 24)
+    assert harness.spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    assert harness.spearman([1, 2, 3, 4], [1, 8, 27, 64]) == pytest.approx(1.0)  # monotone, not linear
+    np.testing.assert_array_equal(harness.ranks([3.0, 1.0, 3.0, 2.0]), [3.5, 1.0, 3.5, 2.0])
+    assert harness.spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(math.sqrt(3) / 2)  # ranks 1.5, 1.5, 3
+    assert math.isnan(harness.pearson([1, 1, 1], [1, 2, 3])) and math.isnan(harness.spearman([2, 2], [1, 2]))
+
+
+def test_mmrv_on_hand_made_numbers():
+    true = [0.1, 0.4, 0.5, 0.9]
+    assert harness.mmrv(true, true) == 0.0
+    assert harness.mmrv(true, [x ** 2 for x in true]) == 0.0  # only the order matters
+    # reversed: every pair disagrees, so each policy's worst is its largest true gap: 0.8, 0.5, 0.4, 0.8
+    assert harness.mmrv(true, true[::-1]) == pytest.approx((0.8 + 0.5 + 0.4 + 0.8) / 4)
+    assert harness.mmrv([0.0, 0.5, 1.0], [0.5, 0.0, 1.0]) == pytest.approx(1 / 3)  # one swap, gap 0.5, twice
+    assert harness.mmrv([0.0, 1.0], [0.3, 0.3]) == pytest.approx(0.5)  # an imagined tie hides a true order
+    assert harness.mmrv([0.3, 0.3], [0.0, 1.0]) == 0.0  # a true tie weighs nothing
+    # all imagined tied: each policy's worst is its true lead over the worst one (0, 0.2, 1.0), not its
+    # gap to the best (1.0, 0.8, 0: what a ">=" in the imagined comparison would give, 0.6)
+    assert harness.mmrv([0.0, 0.2, 1.0], [0.5] * 3) == pytest.approx(0.4)
+    agreement = harness.rank_agreement(true, true[::-1])
+    assert agreement["spearman"] == pytest.approx(-1.0) and agreement["mmrv"] == pytest.approx(0.625)
+
+
+def test_bootstrap_ci_contains_the_mean_and_shrinks_with_n():
+    rng = np.random.default_rng(1)
+    small, large = rng.random(20) < 0.3, rng.random(2000) < 0.3
+    (lo_s, hi_s), (lo_l, hi_l) = harness.bootstrap_ci(small), harness.bootstrap_ci(large)
+    assert lo_s <= small.mean() <= hi_s and lo_l <= large.mean() <= hi_l
+    assert hi_l - lo_l < (hi_s - lo_s) / 5  # width ~ 1 / sqrt(n): 100x the samples, ~10x narrower
+    assert harness.bootstrap_ci(small) == (lo_s, hi_s)  # a fixed seed
+    assert harness.bootstrap_ci([1.0] * 7) == (1.0, 1.0)
+    assert all(math.isnan(x) for x in harness.bootstrap_ci([]))
+
+
+def test_centre_error_reads_the_detector_in_pixels():
+    task = PushTask(color="red", shape="square", size="big", goal="top left", start=(10.0, 10.0))
+    a, b = draw(task, (10.0, 10.0)), draw(task, (13.0, 14.0))
+    assert harness.centre_error(a, a) == 0.0
+    assert harness.centre_error(a, b) == pytest.approx(5.0, abs=0.1)
+    empty = np.full_like(a, 16)
+    assert harness.centre_error(empty, a) == pytest.approx(math.hypot(32, 32))  # lost: the diagonal
+    assert harness.centre_error(empty, empty) == 0.0
+
+
+def test_derangement_never_keeps_an_episodes_own_actions():
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 12):
+        for _ in range(20):
+            order = harness.derangement(rng, n)
+            assert sorted(order) == list(range(n)) and all(i != j for i, j in enumerate(order))
+    with pytest.raises(ValueError, match="at least 2"):
+        harness.derangement(rng, 1)
+
+
+@pytest.mark.slow
+def test_the_harness_runs_on_cosmos3_world(tiny_model):
+    """The shipped model end to end, tiny (2 denoising steps, 2 episodes, a horizon of 3)."""
+    dream = gym.make("Cosmos3World-v0", num_steps=2, horizon=3, model=tiny_model)
+    truth = ProceduralWorldEnv(horizon=3)
+    policies = {name: p for name, p in harness.scripted_policies().items() if name in ("greedy", "still")}
+    record = harness.evaluate_world(dream, truth, policies, episodes=2, progress=False)
+    json.dumps(record, allow_nan=False)
+    sens = record["sensitivity"]
+    assert sens["pairs"]["true"] >= 2 and sens["median_error"]["shuffled"] is not None
+    assert [r["name"] for r in record["policies"]] == ["greedy", "still"]
+    assert record["policies"][0]["true"]["success"] == 1.0 and record["policies"][1]["true"]["success"] == 0.0
