@@ -60,8 +60,10 @@ class ActionTask:
 
 @dataclass
 class Episode:
-    """Everything one slot's episode holds. ``latents[step]`` is the current video latent; the
-    sound and action streams (None where the engine has none) keep the same history."""
+    """Everything one slot's episode holds. Per generated stream (``"video"``, and ``"sound"`` /
+    ``"action"`` where the engine has them): ``latents[stream][step]`` is its current latent,
+    ``noises[stream]`` the standard-normal draws of the steps taken and ``stream_log_prob_sums``
+    their log-densities."""
 
     seed: int
     prompt: str
@@ -75,25 +77,19 @@ class Episode:
     rng: torch.Generator
     step: int
     done: bool  # took its last step, or its latent turned NaN/Inf: only a reset continues it
-    latents: torch.Tensor  # [N+1, C, T, H, W]
     x0_pred: torch.Tensor  # [C, T, H, W] the last step's x0-prediction (the noise before step 0)
-    noises: torch.Tensor  # [N, C, T, H, W]
     log_probs: torch.Tensor  # [N]
     log_prob_sums: torch.Tensor  # [N]
-    log_prob_sums_video: torch.Tensor  # [N]
     guidance_scales: torch.Tensor  # [N]
     noise_levels: torch.Tensor  # [N]
     weights_versions: torch.Tensor  # [N] int64, the model version each step ran with
-    sound_latents: torch.Tensor | None = None  # [N+1, C, T]
-    sound_noises: torch.Tensor | None = None  # [N, C, T]
-    log_prob_sums_sound: torch.Tensor | None = None  # [N]
-    action_latents: torch.Tensor | None = None  # [N+1, chunk, action_dim]
-    action_noises: torch.Tensor | None = None  # [N, chunk, action_dim]
-    log_prob_sums_action: torch.Tensor | None = None  # [N]
+    latents: dict[str, torch.Tensor]  # per stream [N+1, ...] (video [N+1, C, T, H, W])
+    noises: dict[str, torch.Tensor]  # per stream [N, ...]
+    stream_log_prob_sums: dict[str, torch.Tensor]  # per stream [N]
 
     @property
     def latent(self) -> torch.Tensor:
-        return self.latents[self.step]
+        return self.latents["video"][self.step]
 
     @property
     def clean_frames(self) -> tuple[int, ...]:
@@ -101,12 +97,16 @@ class Episode:
 
     def current(self, stream: str) -> torch.Tensor:
         """The current latent of ``stream``."""
-        return getattr(self, LATENTS[stream])[self.step]
+        return self.latents[stream][self.step]
 
     def copy(self) -> "Episode":
         """A deep copy (tensors cloned, generator state copied)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+        def cloned(value):
+            if isinstance(value, dict):
+                return {name: cloned(tensor) for name, tensor in value.items()}
+            return value.clone() if isinstance(value, torch.Tensor) else value
+
+        values = {f.name: cloned(getattr(self, f.name)) for f in fields(self)}
         values["rng"] = _fork_rng(self.rng)
         return Episode(**values)
 
@@ -272,13 +272,9 @@ class RolloutEngine:
                           sound_fps=float(self.model.transformer.config.sound_latent_fps),
                           action_len=self.action.chunk if self.action else 0, clean_actions=clean_actions,
                           domain_id=domain_id, raw_action_dim=raw_dim)
-            history = {}
+            latents = {name: torch.zeros((n + 1, *x.shape), device=device) for name, x in start.items()}
             for name, x in start.items():
-                latents = torch.zeros((n + 1, *x.shape), device=device)
-                latents[0] = x
-                history[LATENTS[name]] = latents
-                history[NOISES[name]] = torch.zeros((n, *x.shape), device=device)
-                history[LOG_PROB_SUMS[name]] = torch.zeros(n, device=device)
+                latents[name][0] = x
             episodes.append(Episode(
                 seed=seed, prompt=prompt, negative_prompt=negative, cond_ids=tuple(cond), uncond_ids=tuple(uncond),
                 row=row, domain=domain if self.action else "",
@@ -286,7 +282,9 @@ class RolloutEngine:
                 done=False, x0_pred=start["video"].clone(), log_probs=torch.zeros(n, device=device),
                 log_prob_sums=torch.zeros(n, device=device),
                 guidance_scales=torch.zeros(n, device=device), noise_levels=torch.zeros(n, device=device),
-                weights_versions=torch.full((n,), -1, dtype=torch.long, device=device), **history,
+                weights_versions=torch.full((n,), -1, dtype=torch.long, device=device), latents=latents,
+                noises={name: torch.zeros((n, *x.shape), device=device) for name, x in start.items()},
+                stream_log_prob_sums={name: torch.zeros(n, device=device) for name in start},
             ))
         return episodes
 
@@ -360,9 +358,9 @@ class RolloutEngine:
                 episode = resets.get(slot) or self.episode(slot)
                 k = episode.step
                 for name in self.streams:
-                    getattr(episode, LATENTS[name])[k + 1] = transition.latents[name][j]
-                    getattr(episode, NOISES[name])[k] = transition.noise[name][j]
-                    getattr(episode, LOG_PROB_SUMS[name])[k] = transition.log_prob_sums[name][j]
+                    episode.latents[name][k + 1] = transition.latents[name][j]
+                    episode.noises[name][k] = transition.noise[name][j]
+                    episode.stream_log_prob_sums[name][k] = transition.log_prob_sums[name][j]
                 episode.log_probs[k] = transition.log_prob[j]
                 episode.log_prob_sums[k] = transition.log_prob_sum[j]
                 episode.guidance_scales[k] = transition.guidance[j]
@@ -397,11 +395,10 @@ class RolloutEngine:
         def host(tensor, end):  # one copy, whether the engine runs on the CPU or not
             return None if tensor is None else tensor[:end].detach().to("cpu", copy=True)
 
-        streams = {}
+        streams = {}  # flattened into the trajectory's (file format's) field names
         for name in self.streams:
-            streams.update({LATENTS[name]: host(getattr(e, LATENTS[name]), k + 1),
-                            NOISES[name]: host(getattr(e, NOISES[name]), k),
-                            LOG_PROB_SUMS[name]: host(getattr(e, LOG_PROB_SUMS[name]), k)})
+            streams.update({LATENTS[name]: host(e.latents[name], k + 1), NOISES[name]: host(e.noises[name], k),
+                            LOG_PROB_SUMS[name]: host(e.stream_log_prob_sums[name], k)})
         return Trajectory(
             log_probs=host(e.log_probs, k), log_prob_sums=host(e.log_prob_sums, k), sigmas=host(e.sigmas, None),
             timesteps=host(e.timesteps, None), guidance_scales=host(e.guidance_scales, k),
@@ -438,20 +435,20 @@ class RolloutEngine:
             fail(f"has step={e.step!r} (expected an int in [0, {n}])")
         if not isinstance(e.done, bool) or not isinstance(e.rng, torch.Generator):
             fail("has a malformed 'done' flag or generator")
-        expected = {"latents": ((n + 1, *shape), torch.float32), "noises": ((n, *shape), torch.float32),
-                    "x0_pred": (shape, torch.float32), "sigmas": ((n + 1,), torch.float32),
+        expected = {"x0_pred": (shape, torch.float32), "sigmas": ((n + 1,), torch.float32),
                     "timesteps": ((n + 1,), torch.float32), "weights_versions": ((n,), torch.long)}
         expected.update({name: ((n,), torch.float32) for name in
                          ("log_probs", "log_prob_sums", "guidance_scales", "noise_levels")})
-        for name, stream_shape in self.stream_shapes.items():
-            expected.update({LATENTS[name]: ((n + 1, *stream_shape), torch.float32),
-                             NOISES[name]: ((n, *stream_shape), torch.float32),
-                             LOG_PROB_SUMS[name]: ((n,), torch.float32)})
-        for name in set(LATENTS) - set(self.stream_shapes):
-            if any(getattr(e, f[name]) is not None for f in (LATENTS, NOISES, LOG_PROB_SUMS)):
-                fail(f"has a {name} stream, which this env does not generate")
-        for name, (want_shape, dtype) in expected.items():
-            value = getattr(e, name)
+        for field_name, length in (("latents", n + 1), ("noises", n), ("stream_log_prob_sums", n)):
+            value = getattr(e, field_name)
+            if not isinstance(value, dict) or set(value) != set(self.stream_shapes):
+                fail(f"has {field_name} for streams {sorted(value) if isinstance(value, dict) else value!r}; "
+                     f"this env generates {sorted(self.stream_shapes)}")
+            for name, stream_shape in self.stream_shapes.items():
+                want = (length, *stream_shape) if field_name != "stream_log_prob_sums" else (length,)
+                expected[f"{field_name}[{name!r}]"] = (value[name], want, torch.float32)
+        for name, spec in expected.items():
+            value, want_shape, dtype = spec if len(spec) == 3 else (getattr(e, name), *spec)
             if not isinstance(value, torch.Tensor) or tuple(value.shape) != want_shape or value.dtype != dtype:
                 fail(f"has {name} {getattr(value, 'shape', type(value).__name__)}; expected {want_shape} {dtype}")
             if value.device != device:

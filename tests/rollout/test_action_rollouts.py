@@ -223,7 +223,7 @@ def test_malformed_inputs_are_named_and_change_nothing(make, mode, options, matc
         env.reset(seed=5, options=options)
     after = env.unwrapped.get_state()["engine"]["episodes"][0]
     before = state["engine"]["episodes"][0]
-    assert after.step == before.step == 1 and torch.equal(after.latents, before.latents)
+    assert after.step == before.step == 1 and torch.equal(after.latents["video"], before.latents["video"])
     env.step(env.unwrapped.default_action)  # still usable
 
 

@@ -139,7 +139,7 @@ def test_malformed_conditioning_is_named_and_changes_nothing(make_env, env_id, o
     with pytest.raises(ValueError, match=match):
         env.reset(seed=1, options=options)
     after = env.unwrapped.get_state()
-    assert torch.equal(state["engine"]["episodes"][0].latents, after["engine"]["episodes"][0].latents)
+    assert torch.equal(state["engine"]["episodes"][0].latents["video"], after["engine"]["episodes"][0].latents["video"])
     env.step(env.unwrapped.default_action)
 
 

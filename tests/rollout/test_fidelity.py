@@ -106,7 +106,7 @@ def test_conditioned_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mod
                               guidance_scale=guidance, generator=torch.Generator().manual_seed(7),
                               output_type="latent", enable_safety_check=False, **as_pil(given), **extra).video
     final = engine.episode(0).latent[None]
-    assert (final - engine.episode(0).latents[0]).abs().max() > 0.1  # the rollout moved
+    assert (final - engine.episode(0).latents["video"][0]).abs().max() > 0.1  # the rollout moved
     torch.testing.assert_close(final, expected.float(), rtol=0, atol=1e-5)
 
 
@@ -144,14 +144,14 @@ def test_action_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mode):
     # on an H200 host's CPU for the policy mode, after 4 steps of CFG 4), so 5e-5 is the bound.
     torch.testing.assert_close(episode.latent[None], expected.video.float(), rtol=0, atol=ACTION_ATOL)
     if mode == "inverse_dynamics":
-        assert torch.equal(episode.latent, episode.latents[0])  # the whole video is given
+        assert torch.equal(episode.latent, episode.latents["video"][0])  # the whole video is given
     else:
-        assert (episode.latent - episode.latents[0]).abs().max() > 0.1
+        assert (episode.latent - episode.latents["video"][0]).abs().max() > 0.1
     if mode == "forward_dynamics":
         assert expected.action is None and torch.equal(episode.current("action")[:, :2], torch.from_numpy(actions))
     else:
         generated = torch.from_numpy(engine.actions([0])[0])
-        assert (generated - episode.action_latents[0, :, :2]).abs().max() > 0.1  # the actions moved
+        assert (generated - episode.latents["action"][0, :, :2]).abs().max() > 0.1  # the actions moved
         torch.testing.assert_close(generated, expected.action[0].float(), rtol=0, atol=ACTION_ATOL)
 
 
@@ -169,5 +169,5 @@ def test_sound_ode_rollout_equals_pipeline(tiny_model, stock_pipeline):
                               enable_safety_check=False)
     episode = engine.episode(0)
     torch.testing.assert_close(episode.latent[None], expected.video.float(), rtol=0, atol=1e-5)
-    assert (episode.current("sound") - episode.sound_latents[0]).abs().max() > 0.1
+    assert (episode.current("sound") - episode.latents["sound"][0]).abs().max() > 0.1
     np.testing.assert_allclose(engine.waveforms([0])[0], expected.sound.float().numpy(), rtol=0, atol=1e-5)
