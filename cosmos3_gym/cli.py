@@ -33,25 +33,76 @@ def _upscaled(frames: np.ndarray, min_side: int = 256) -> np.ndarray:
     return frames.repeat(factor, axis=1).repeat(factor, axis=2)
 
 
+class OutputError(Exception):
+    """An output file that could not be written once the command ran; :func:`main` reports it
+    the way argparse reports a bad argument (one line, exit code 2), not as a traceback."""
+
+
+def _written_through(path: Path) -> bool:
+    """Whether ``path`` is (or links to) a character device or FIFO: ``/dev/null``, ``/dev/full``, a
+    named pipe. Those are written in place and keep their name (see ``rollout.trajectory.write_bytes``)."""
+    import stat
+
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
 def video_path(path: Path, num_frames: int) -> Path:
-    """The file :func:`write_video` writes for ``path``: a single frame becomes a ``.png``."""
+    """The file :func:`write_video` writes for ``path``: a single frame becomes a ``.png`` (a device
+    or FIFO such as ``/dev/null`` keeps its name)."""
     path = Path(path)
-    return path.with_suffix(".png") if num_frames == 1 else path
+    return path.with_suffix(".png") if num_frames == 1 and not _written_through(path) else path
+
+
+def video_format(path: Path, num_frames: int) -> str:
+    """The suffix that picks imageio's writer for ``path``: ``.png`` for one frame, else the path's
+    own, ``.mp4`` for a suffix-less device or FIFO (``/dev/null``); ``""`` when there is none."""
+    if num_frames == 1:
+        return ".png"
+    suffix = Path(path).suffix.lower()
+    return ".mp4" if not suffix and _written_through(path) else suffix
+
+
+def _writing(flag: str, path, write) -> None:
+    """Run ``write()``; an ``OSError`` (no space left, permission denied) becomes an :class:`OutputError`
+    naming ``flag`` and ``path``."""
+    try:
+        write()
+    except OSError as error:
+        import errno
+
+        hint = "free some space" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "check its permissions"
+        raise OutputError(f"argument {flag}: cannot write {str(path)!r}: {error.strerror or error}; {hint}, or "
+                          f"choose another path") from error
 
 
 def write_video(path: Path, frames: np.ndarray, fps: float) -> Path:
-    """Write uint8 ``[F, H, W, 3]`` with imageio: mp4 (ffmpeg) or gif for videos, png for one frame."""
+    """Write uint8 ``[F, H, W, 3]`` with imageio: mp4 (ffmpeg) or gif for videos, png for one frame.
+
+    The file is encoded in a temporary folder, then written with ``write_bytes``: a regular file is
+    replaced atomically (a failed write leaves the old one), a symlink is written through, and
+    ``/dev/null`` or a FIFO is written in place, never replaced. ``OSError`` names ``path``.
+    """
     import imageio.v2 as imageio
 
+    from .rollout.trajectory import write_bytes
+
     path = video_path(path, len(frames))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = video_format(path, len(frames))
     frames = _upscaled(frames)
-    if len(frames) == 1:
-        imageio.imwrite(path, frames[0])
-    elif path.suffix == ".gif":
-        imageio.mimwrite(path, list(frames), duration=1000.0 / fps, loop=0)
-    else:
-        imageio.mimwrite(path, list(frames), fps=fps, macro_block_size=1)
+    with tempfile.TemporaryDirectory() as folder:
+        staged = Path(folder) / f"video{suffix}"
+        if len(frames) == 1:
+            imageio.imwrite(staged, frames[0])
+        elif suffix == ".gif":
+            imageio.mimwrite(staged, list(frames), duration=1000.0 / fps, loop=0)
+        else:
+            imageio.mimwrite(staged, list(frames), fps=fps, macro_block_size=1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(path, staged.read_bytes())
     return path
 
 
@@ -87,11 +138,12 @@ def demo(args) -> int:
           f"attention {engine.model.attention}; "
           f"median seconds per step {np.median(seconds):.4f} (step 0 computes the prompt tokens and, on a GPU, "
           f"compiles the attention kernels; the last step also decodes the video)")
-    path = write_video(Path(args.out), step_info["frames"], env.unwrapped.preset.fps / 3)
-    kind = "image (a one-frame env)" if len(step_info["frames"]) == 1 else "video"
-    print(f"reward {reward:.4f}  {kind} {path}")
+    fps, frames = env.unwrapped.preset.fps / 3, step_info["frames"]
+    _writing("--out", video_path(Path(args.out), len(frames)), lambda: write_video(Path(args.out), frames, fps))
+    kind = "image (a one-frame env)" if len(frames) == 1 else "video"
+    print(f"reward {reward:.4f}  {kind} {video_path(Path(args.out), len(frames))}")
     if args.trajectory:
-        step_info["trajectory"].save(args.trajectory)
+        _writing("--trajectory", args.trajectory, lambda: step_info["trajectory"].save(args.trajectory))
         print(f"trajectory {args.trajectory}")
     return 0
 
@@ -111,7 +163,7 @@ def rollout(args) -> int:
             _, reward, terminated, _, info = env.step(env.unwrapped.default_action)
         info["trajectory"].extra["reward"] = reward
         path = out / f"episode_{episode:04d}.safetensors"
-        info["trajectory"].save(path)
+        _writing("--out", path, lambda: info["trajectory"].save(path))
         tqdm.write(f"{path}: seed {args.seed + episode}, prompt {info['trajectory'].prompt!r}, reward {reward:.4f}")
     print(f"{args.episodes} trajectories in {out}")
     return 0
@@ -178,7 +230,9 @@ def evaluate(args) -> int:
     text = report(result)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        from .rollout.trajectory import write_bytes
+
+        _writing("--out", args.out, lambda: write_bytes(args.out, (text + "\n").encode()))
     return 0
 
 
@@ -213,17 +267,38 @@ def _check_folder(parser, flag: str, folder: Path) -> None:
 
 
 def _check_file(parser, flag: str, path: Path, overwrite: bool) -> None:
-    """``path`` (the file that will actually be written) must be new unless --overwrite, in a writable folder."""
+    """``path`` (the file that will actually be written) must be new unless --overwrite, in a writable
+    folder; a character device or FIFO (``/dev/null``) is written in place, so it must be writable."""
+    import os
+
+    from .rollout.trajectory import output_target
+
     if path.is_dir():
         parser.error(f"argument {flag}: {str(path)!r} is a directory; pass a file path")
+    try:
+        target, _ = output_target(path)  # refuses a block device or socket
+    except ValueError as error:
+        parser.error(f"argument {flag}: {error}")
     if path.exists() and not overwrite:
-        parser.error(f"argument {flag}: {str(path)!r} exists; pass --overwrite to replace it, or choose another path")
-    _check_folder(parser, flag, path.parent)
+        action = "write into it" if _written_through(path) else "replace it"
+        parser.error(f"argument {flag}: {str(path)!r} exists; pass --overwrite to {action}, or choose another path")
+    if _written_through(path):
+        if not os.access(target, os.W_OK):
+            parser.error(f"argument {flag}: {str(path)!r} is not writable; choose another path")
+        return
+    _check_folder(parser, flag, target.parent)
 
 
 def _check_outputs(parser, args) -> None:
     if args.command == "demo":
+        from imageio.config import known_extensions
+
         num_frames = preset_tables()[args.env].get("num_frames", 9)
+        suffix = video_format(Path(args.out), num_frames)
+        if suffix not in known_extensions:
+            what = f"its extension {suffix!r} is no format imageio knows" if suffix else "it has no file extension"
+            parser.error(f"argument --out: {args.out!r}: {what} (imageio picks the video format by it); end it in "
+                         ".mp4 or .gif (a one-frame env writes a .png)")
         _check_file(parser, "--out", video_path(Path(args.out), num_frames), args.overwrite)
         if args.trajectory:
             _check_file(parser, "--trajectory", Path(args.trajectory), args.overwrite)
@@ -395,7 +470,10 @@ def main(argv=None) -> int:
                                  "use --cpu for the CPU bench (embedded model against SyncVectorEnv)")
     device = ("cpu" if args.cpu else "cuda") if args.command == "bench" else getattr(args, "device", None)
     configure_threads(getattr(args, "threads", None), device)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except OutputError as error:  # an output that failed to write (no space left): one line, not a traceback
+        command_parser.error(str(error))
 
 
 if __name__ == "__main__":

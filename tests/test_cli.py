@@ -232,3 +232,29 @@ def test_bench_cpu_results_on_stdout_bars_on_stderr(capsys, monkeypatch, keep_th
     assert "it/s" not in captured.out and "it/s" in captured.err
     assert "torch" in captured.out and ", 1 thread(s)," in captured.out
     assert float(captured.out.split("speedup_vs_sync_vector_env:")[1]) > 0
+
+
+def test_outputs_on_devices_are_written_in_place_and_a_full_one_is_a_one_line_error(tmp_path, capsys, keep_threads):
+    """Guards demo's output writing: --out /dev/full (no extension) ended in imageio's `KeyError: None`
+    traceback and --trajectory /dev/null replaced /dev/null with a regular file. Now a suffix-less
+    regular path is refused before anything runs, /dev/null is written in place and stays a character
+    device, and /dev/full is `argument FLAG: cannot write PATH: No space left on device` (exit 2)."""
+    import stat
+
+    if not (os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/null").st_mode)):
+        pytest.skip("needs /dev/null and /dev/full")
+    err = cli_error(["demo", "--device", "cpu", "--out", str(tmp_path / "demo")], capsys)
+    assert f"argument --out: {str(tmp_path / 'demo')!r}: it has no file extension" in err and ".mp4" in err
+    trajectory = tmp_path / "t.safetensors"
+    trajectory.symlink_to("/dev/null")  # written through: the link, and /dev/null, stay what they are
+    assert cli.main(["demo", "--device", "cpu", "--steps", "1", "--out", "/dev/null", "--trajectory", str(trajectory),
+                     "--overwrite"]) == 0
+    assert "video /dev/null" in capsys.readouterr().out
+    assert trajectory.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    for argv, flag in ((["--out", "/dev/full"], "--out"), (["--out", "/dev/null", "--trajectory", "/dev/full"],
+                                                           "--trajectory")):
+        err = cli_error(["demo", "--device", "cpu", "--steps", "1", "--overwrite", *argv], capsys)
+        assert f"cosmos3-gym demo: error: argument {flag}: cannot write '/dev/full': No space left on device; " \
+               f"free some space, or choose another path" in err
+        assert "Traceback" not in err
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and stat.S_ISCHR(os.stat("/dev/full").st_mode)

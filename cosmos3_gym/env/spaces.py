@@ -70,6 +70,22 @@ CONTROL_HINT = ("(guidance_scale, noise_level); clip it or widen the preset's gu
                 "noise_level_bounds")
 
 
+def finite_float32(values, name: str, device="cpu") -> torch.Tensor:
+    """``values`` (real numbers: a numpy array or a tensor) as a float32 tensor on ``device``, refused
+    where the float32 values hold NaN or Inf: finiteness is checked after the cast, because a finite
+    float64 (1e300) becomes inf in float32. The ``ValueError`` names ``name``, how many entries, and
+    the first with its value as given."""
+    exact = torch.as_tensor(values, device=device)
+    tensor = exact.to(dtype=torch.float32)
+    not_finite = ~torch.isfinite(tensor)
+    if bool(not_finite.any()):
+        first = tuple(not_finite.nonzero()[0].tolist())
+        raise ValueError(f"{name} holds NaN or Inf in float32 ({int(not_finite.sum())} of {tensor.numel()} entries; "
+                         f"the first, {name}{list(first)} = {float(exact[first].double()):g}); every entry must be "
+                         f"finite (float32 holds magnitudes up to {float(torch.finfo(torch.float32).max):.4g})")
+    return tensor
+
+
 def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple = (), device="cpu",
                    bounds_hint: str = CONTROL_HINT):
     """The action as a float32 tensor of shape ``batch_shape + space.shape`` on ``device`` (for a
@@ -101,12 +117,7 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
     if tuple(tensor.shape) != expected:
         raise ValueError(f"action has shape {tuple(tensor.shape)}; expected {expected}")
     exact = tensor.to(device=device, dtype=torch.float64)  # bounds are checked before rounding to float32
-    tensor = tensor.to(device=device, dtype=torch.float32)
-    not_finite = ~torch.isfinite(tensor)
-    if bool(not_finite.any()):
-        first = tuple(not_finite.nonzero()[0].tolist())
-        raise ValueError(f"action holds NaN or Inf in float32 ({int(not_finite.sum())} of {tensor.numel()} entries; "
-                         f"the first, action{list(first)} = {float(exact[first]):g}); every entry must be finite")
+    tensor = finite_float32(tensor, "action", device)
     if np.isfinite(space.low).all() and np.isfinite(space.high).all():
         low = torch.as_tensor(space.low, device=device, dtype=torch.float64)
         high = torch.as_tensor(space.high, device=device, dtype=torch.float64)

@@ -15,7 +15,7 @@ from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds, rng_continu
 from ..model.interrupts import deferred_interrupts
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
-from .spaces import action_space, build_engine, checked_action, checked_options, observation_space
+from .spaces import action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
 from ..rollout.streams import LOG_PROB_INFO, OBS_KEYS
 from ..rollout.tasks import checked_domain
 from .infos import object_column, split_final_info
@@ -325,10 +325,10 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             raise ValueError(f"options[{name!r}] has shape {array.shape}; expected one {layout[name]} for all "
                              f"envs, or {self.num_envs} (one per env) or {groups} (one per group) of them")
         if name == "actions":
-            for item in items:
-                if item.dtype.kind != "f" or not np.isfinite(item).all():
-                    raise ValueError(f"options['actions'] must hold finite floats (float32 {layout[name]}); got "
-                                     f"dtype {item.dtype}{'' if item.dtype.kind != 'f' else ' with NaN/Inf'}")
+            if array.dtype.kind != "f":
+                raise ValueError(f"options['actions'] must hold finite floats (float32 {layout[name]}); got "
+                                 f"dtype {array.dtype}")
+            finite_float32(array, "options['actions']")  # after the cast: a float64 1e300 is inf in float32
             return [item.astype(np.float32) for item in items]
         for item in items:
             shape = (p.height, p.width, 3)

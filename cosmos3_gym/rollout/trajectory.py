@@ -8,11 +8,16 @@ log-prob (:func:`cosmos3_gym.rollout.transition.replay_log_probs`). Loading chec
 from __future__ import annotations
 
 import json
+import math
+import os
+import secrets
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as serialize
 
 from .streams import LATENTS, STREAMS
 
@@ -33,6 +38,87 @@ METADATA_TYPES = {
     "clean_frames": list, "action_mode": str, "domain": str, "clean_actions": list,
     "kind": str, "num_frames": int, "height": int, "width": int, "fps": (int, float), "extra": dict,
 }
+
+# What an existing output path may be: written through in place (never replaced), or refused.
+WRITE_THROUGH = (stat.S_ISCHR, stat.S_ISFIFO)  # /dev/null, /dev/full, named pipes
+REFUSED = {stat.S_ISDIR: "a directory", stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+
+
+def output_target(path: str | Path) -> tuple[Path, os.stat_result | None]:
+    """The file that writing ``path`` reaches (symlinks resolved) and its ``stat`` (``None`` when
+    it does not exist yet); ``ValueError`` for a directory, block device or socket."""
+    target = Path(os.path.realpath(path))
+    try:
+        info = os.stat(target)
+    except OSError:  # absent, or under a file: writing it raises the error, naming the path
+        return target, None
+    for test, what in REFUSED.items():
+        if test(info.st_mode):
+            shown = "" if str(target) == os.path.abspath(path) else f" ({str(target)!r})"
+            raise ValueError(f"path={str(path)!r} is {what}{shown}; "
+                             f"only regular files (replaced atomically), character devices such as /dev/null and "
+                             f"FIFOs (written through) are written: pass a file path")
+    return target, info
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` without ever replacing anything but a regular file.
+
+    A symlink is followed (its target is written, the link stays); an existing character device
+    or FIFO (``/dev/null``, a named pipe) is opened and written in place; a regular file, new or
+    existing, is written to a temporary file in its own folder and renamed over it (an existing
+    file's permission bits are kept), so a write that fails leaves the old file as it was and no
+    temporary file behind. A directory, block device or socket is refused (``ValueError``).
+    ``OSError`` (no space left, permission denied) names ``path``.
+    """
+    target, info = output_target(path)
+    try:
+        if info is not None and any(test(info.st_mode) for test in WRITE_THROUGH):
+            with open(os.open(target, os.O_WRONLY), "wb", buffering=0) as handle:  # never creates a file
+                view = memoryview(data)
+                while view:
+                    view = view[handle.write(view):]
+            return
+        temporary = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+        try:
+            with open(descriptor, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if info is not None:
+                os.chmod(temporary, stat.S_IMODE(info.st_mode))
+            os.replace(temporary, target)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    except OSError as error:
+        if error.errno is None:
+            raise
+        raise type(error)(error.errno, error.strerror, str(path)) from error  # the path asked for, not a temporary
+
+
+def _first_non_finite(value, where: str) -> tuple[str, float] | None:
+    """Where (``'fps'``, ``'extra'['scores'][1]``) ``value`` first holds a NaN or an infinity, and
+    that number; ``None`` when every number in it is finite."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (where, value)
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        found = _first_non_finite(item, f"{where}[{key!r}]")
+        if found is not None:
+            return found
+    return None
+
+
+def _check_finite_header(fields: dict) -> None:
+    """``ValueError`` naming the first header field (nested lists and dicts too) holding NaN or Inf:
+    Python's json writes and reads them, and ``fps=Infinity`` would load and replay to other log-probs."""
+    for name, value in fields.items():
+        found = _first_non_finite(value, repr(name))
+        if found is not None:
+            raise ValueError(f"trajectory field {found[0]} is {found[1]!r}; the header's numbers must be finite "
+                             f"(JSON NaN / Infinity are refused): set a finite value")
 
 
 @dataclass
@@ -123,6 +209,7 @@ class Trajectory:
             value = getattr(self, name)
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise ValueError(f"trajectory field {name!r} is {value!r}; expected {kind}")
+        _check_finite_header({name: getattr(self, name) for name in METADATA_TYPES})
         if not all(isinstance(i, int) for i in self.cond_ids + self.uncond_ids):
             raise ValueError("trajectory fields 'cond_ids'/'uncond_ids' must be lists of token ids (int)")
         frames = self.latents.shape[2] if self.latents.ndim == 5 else 0
@@ -202,10 +289,18 @@ class Trajectory:
         return {k: v for k, v in asdict(self).items() if k not in TENSOR_FIELDS + OPTIONAL_TENSOR_FIELDS}
 
     def save(self, path: str | Path) -> None:
-        """One ``.safetensors`` file; the non-tensor fields go to its header as JSON."""
+        """One ``.safetensors`` file; the non-tensor fields go to its header as JSON.
+
+        Written with :func:`write_bytes`: a regular file is replaced atomically, a symlink is
+        written through, ``/dev/null`` or a FIFO is written in place and never replaced. A header
+        that :meth:`load` would refuse (a NaN in ``extra``) raises ``ValueError`` and writes nothing.
+        """
+        metadata = self.metadata()
+        _check_finite_header(metadata)  # fields set after construction (extra["reward"]) included
         tensors = {name: getattr(self, name).detach().cpu().contiguous()
                    for name in TENSOR_FIELDS + OPTIONAL_TENSOR_FIELDS if getattr(self, name) is not None}
-        save_file(tensors, str(path), metadata={HEADER_KEY: json.dumps(self.metadata())})
+        data = serialize(tensors, metadata={HEADER_KEY: json.dumps(metadata, allow_nan=False)})
+        write_bytes(path, data)
 
     @classmethod
     def load(cls, path: str | Path, expect: dict | None = None) -> "Trajectory":

@@ -212,3 +212,35 @@ def test_reward_functions_must_return_real_numbers(make_env, returned):
     env.reset(seed=0)
     with pytest.raises(ValueError, match="reward_fn returned"):
         env.step(env.unwrapped.default_action)
+
+
+def test_action_options_are_checked_for_finiteness_after_the_float32_cast(make_env, tmp_path):
+    """Guards options['actions'] of forward dynamics: a float64 1e300 is finite, so it passed the check
+    made before the float32 cast, became inf, and the episode died at step 0 leaving a trajectory that
+    would not load. Now it is refused at reset, naming the option, the entry and its value, and the env
+    stays usable; step's actions go through the same check (a float64 1e300 action is named too)."""
+    from cosmos3_gym.rollout.procedural_world import render, sample_scene
+    from cosmos3_gym.rollout.trajectory import Trajectory
+
+    env = make_env("Cosmos3ForwardDynamicsRollout-v0", num_steps=2)
+    image = render(sample_scene(np.random.default_rng(0)), num_frames=9)[0]
+    actions = np.random.default_rng(0).uniform(-1, 1, (8, 2))  # float64, as numpy draws them
+    huge = actions.copy()
+    huge[3, 1] = 1e300
+    with pytest.raises(ValueError, match=r"options\['actions'\] holds NaN or Inf in float32 \(1 of 16 entries; the "
+                                         r"first, options\['actions'\]\[3, 1\] = 1e\+300\); every entry must be finite"):
+        env.reset(seed=0, options={"image": image, "actions": huge})
+    per_env = np.stack([actions, huge])[1:]  # one per env ([1, chunk, raw_dim]): the index counts that axis
+    with pytest.raises(ValueError, match=r"options\['actions'\]\[0, 3, 1\] = 1e\+300"):
+        env.reset(seed=0, options={"image": image, "actions": per_env})
+    env.reset(seed=0, options={"image": image, "actions": actions})  # float64 within float32's range: accepted
+    terminated = False
+    while not terminated:
+        _, _, terminated, _, info = env.step(env.unwrapped.default_action)
+    info["trajectory"].save(tmp_path / "t.safetensors")
+    assert Trajectory.load(tmp_path / "t.safetensors").action_mode == "forward_dynamics"
+    with pytest.raises(ValueError, match=r"action holds NaN or Inf in float32 \(1 of 2 entries; the first, "
+                                         r"action\[0\] = 1e\+300\)"):
+        plain = make_env(num_steps=2)
+        plain.reset(seed=0)
+        plain.step(np.array([1e300, 0.5]))

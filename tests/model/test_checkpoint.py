@@ -425,3 +425,39 @@ def test_colour_source_finds_the_shipped_weights_copying_the_given_frame(monkeyp
     # the copy is a translation: one still picture has two codes, frame 0 (alone) and 1 (four frames)
     frame_0_to_1, frame_1_to_2 = colour_source.still_clip_codes(model, args)
     assert frame_0_to_1 > 0.5 and frame_0_to_1 > 3 * frame_1_to_2, (frame_0_to_1, frame_1_to_2)
+
+
+def test_a_config_larger_than_its_weights_is_refused_from_the_headers_before_anything_is_built(tmp_path):
+    """Guards checkpoint vetting against a config its weights cannot fill: num_hidden_layers=10**9 (or
+    10**5) used to be built layer by layer until memory ran out, ending in an allocator error naming
+    neither component nor value. Now check_checkpoint (and so from_pretrained, and the CLI's evaluate
+    --checkpoint) refuses it from the safetensors headers alone, well under a second, naming the
+    component, the field and the value; a width too large for the weights (hidden_size=10**6, a 4 TB
+    allocation) is refused by load_component before any memory is allocated."""
+    import time
+
+    from diffusers import Cosmos3OmniTransformer
+
+    from cosmos3_gym.model.checkpoint import check_checkpoint, load_component
+
+    for layers in (10 ** 9, 10 ** 5):
+        ckpt = _tampered_copy(tmp_path / str(layers), ("transformer/config.json", "num_hidden_layers", layers))
+        match = (rf"component 'transformer' do not fit its config.json .*transformer/config.json has "
+                 rf"num_hidden_layers={layers} but the weights hold 4 layers .*set num_hidden_layers to 4")
+        with pytest.raises(ValueError, match=match):  # the vetting alone: nothing loads if it regresses
+            check_checkpoint(ckpt)
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match=match):
+            Cosmos3Model.from_pretrained(ckpt, device="cpu")
+        assert time.perf_counter() - start < 1.0
+    ckpt = _tampered_copy(tmp_path / "float", ("transformer/config.json", "num_hidden_layers", 1e9))
+    with pytest.raises(ValueError, match=r"'transformer' has num_hidden_layers=1000000000.0 in "
+                                         r"transformer/config.json; expected an integer"):
+        check_checkpoint(ckpt)
+    ckpt = _tampered_copy(tmp_path / "wide", ("transformer/config.json", "hidden_size", 10 ** 6))
+    with pytest.raises(ValueError, match=r"component 'transformer': transformer/config.json implies \d+ parameters "
+                                         r"but its weights hold 1768728; .*\(config hidden_size=1000000\)"):
+        load_component(Cosmos3OmniTransformer, ckpt, "transformer", torch.float32)
+    ckpt = _tampered_copy(tmp_path / "huge", ("transformer/config.json", "hidden_size", 2 ** 40))
+    with pytest.raises(ValueError, match=r"'transformer' has hidden_size=1099511627776 .*at most 16777216"):
+        check_checkpoint(ckpt)

@@ -139,3 +139,91 @@ def test_a_file_saved_before_the_streams_existed_still_loads(tmp_path):
     save_file(tensors, str(old), metadata={HEADER_KEY: _json.dumps(header)})
     loaded = Trajectory.load(old)
     assert loaded == info["trajectory"] and loaded.streams == ("video",)
+
+
+def test_saving_writes_through_links_and_devices_and_never_replaces_them(make_env, tmp_path):
+    """Guards Trajectory.save against write-a-temporary-then-rename over the target (safetensors'
+    save_file): a symlink stays a link and its target gets the file, a character device (a private
+    null device, then /dev/null) and a FIFO are written in place and stay what they are, and a
+    regular file is replaced whole, keeping its permission bits and leaving no temporary behind."""
+    import os
+    import stat
+    import threading
+
+    from safetensors.torch import load_file
+
+    env = make_env(num_steps=2)
+    _, _, infos = run_episode(env, seed=0)
+    trajectory = infos[-1]["trajectory"]
+
+    real, link = tmp_path / "real.safetensors", tmp_path / "link.safetensors"
+    real.write_bytes(b"old")
+    real.chmod(0o640)
+    link.symlink_to(real)
+    trajectory.save(link)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert Trajectory.load(real) == trajectory and stat.S_IMODE(real.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.safetensors", "real.safetensors"]
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    trajectory.save(fifo)
+    reader.join(timeout=30)
+    assert not reader.is_alive(), "nothing was written through the FIFO"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert received[0] == real.read_bytes()  # the same bytes, whatever the target
+    assert load_file(str(real)).keys() >= {"latents", "log_probs"}
+
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except OSError:  # no CAP_MKNOD: the machine's /dev/null is only tried once a private one proved safe
+        pytest.skip("cannot create a character device here to try before /dev/null")
+    trajectory.save(device)
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
+    trajectory.save("/dev/null")
+    assert stat.S_ISCHR(os.lstat("/dev/null").st_mode) and os.stat("/dev/null").st_rdev == os.makedev(1, 3)
+
+
+def test_a_header_with_nan_or_infinity_is_refused_naming_the_field(make_env, tmp_path):
+    """Guards Trajectory.load (and save) against JSON's NaN/Infinity, which Python's json reads: a
+    header of fps=Infinity used to load and replay to other log-probs. Top-level and nested fields
+    are named; an old file (no stream fields) with finite numbers still loads."""
+    import math
+
+    from safetensors.torch import load_file, save_file
+
+    from cosmos3_gym.rollout.trajectory import HEADER_KEY
+
+    env = make_env(num_steps=2)
+    _, _, infos = run_episode(env, seed=0)
+    trajectory = infos[-1]["trajectory"]
+    path = tmp_path / "t.safetensors"
+    trajectory.save(path)
+    for header, match in (({"fps": math.inf}, r"field 'fps' is inf; the header's numbers must be finite"),
+                          ({"fps": -math.inf}, r"field 'fps' is -inf"),
+                          ({"extra": {"scores": [1.0, math.nan]}}, r"field 'extra'\['scores'\]\[1\] is nan")):
+        tampered = _tampered(path, tmp_path, header=header)
+        with pytest.raises(ValueError, match=match):
+            Trajectory.load(tampered)
+    # save refuses to write a header load would refuse, and writes nothing
+    trajectory.extra["reward"] = math.nan
+    with pytest.raises(ValueError, match=r"field 'extra'\['reward'\] is nan"):
+        trajectory.save(tmp_path / "nan.safetensors")
+    assert not (tmp_path / "nan.safetensors").exists()
+    trajectory.extra.pop("reward")
+    # written as an earlier version wrote it: no stream fields, finite numbers (a float fps)
+    with safe_open(str(path), framework="pt") as handle:
+        header = json.loads(handle.metadata()[HEADER_KEY])
+    for key in ("action_mode", "domain", "clean_actions"):
+        header.pop(key)
+    header.update(fps=8.0, extra={"reward": 0.5, "scores": [1.0, 2]})
+    tensors = load_file(str(path))
+    tensors.pop("log_prob_sums_video")
+    old = tmp_path / "old.safetensors"
+    save_file(tensors, str(old), metadata={HEADER_KEY: json.dumps(header)})
+    loaded = Trajectory.load(old)
+    assert loaded.fps == 8.0 and loaded.extra == {"reward": 0.5, "scores": [1.0, 2]} and loaded.streams == ("video",)
