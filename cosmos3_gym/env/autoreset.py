@@ -31,8 +31,8 @@ from .infos import split_final_info
 def checked_autoreset_mode(mode) -> AutoresetMode:
     """``mode`` (a member or its value) as an :class:`~gymnasium.vector.AutoresetMode`, else ``ValueError``."""
     if mode not in list(AutoresetMode) + [m.value for m in AutoresetMode]:
-        raise ValueError(f"autoreset_mode={mode!r} is not supported; choose one of "
-                         f"{[m.value for m in AutoresetMode]} (or gymnasium.vector.AutoresetMode members)")
+        raise ValueError(f"autoreset_mode={mode!r} is not supported; use AutoresetMode.NEXT_STEP, SAME_STEP or "
+                         f"DISABLED (from gymnasium.vector), or their values {[m.value for m in AutoresetMode]}")
     return AutoresetMode(mode)
 
 

@@ -16,14 +16,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
 from ..model.interrupts import deferred_interrupts
 from ..env.presets import load_preset
 from ..env.spaces import build_engine, checked_action, checked_options
-from ..env.infos import object_column, split_final_info
+from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
+from ..env.infos import object_column
+from ..env.single_view import SingleEnvView
 from ..rollout.procedural_world import PushTask, checked_goal, draw, push, sample_task, task_reward
 
 CHUNK, HORIZON, SIZE = 8, 8, 32
@@ -117,7 +119,7 @@ class ProceduralWorldEnv(gym.Env):
         return None if self.render_mode != "rgb_array" or self.task is None else self.frame.copy()
 
 
-class Cosmos3WorldVectorEnv(VectorEnv):
+class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     """``num_envs`` copies of the push task, each step imagined by Cosmos 3 in forward-dynamics mode.
 
     ``reset(seed=s)`` draws env ``i``'s task and first frame exactly as
@@ -162,11 +164,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
-        if not (isinstance(autoreset_mode, AutoresetMode)
-                or isinstance(autoreset_mode, str) and autoreset_mode in {mode.value for mode in AutoresetMode}):
-            raise ValueError(f"autoreset_mode={autoreset_mode!r} is not supported; use AutoresetMode.NEXT_STEP, "
-                             "SAME_STEP or DISABLED (or their values 'NextStep', 'SameStep', 'Disabled')")
-        self.autoreset_mode, self.render_mode = AutoresetMode(autoreset_mode), render_mode
+        self.autoreset_mode, self.render_mode = checked_autoreset_mode(autoreset_mode), render_mode
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         # the forward-dynamics preset under this env's id, so that a bad keyword's error names the env made
         forward_dynamics = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id="Cosmos3World-v0")
@@ -201,29 +199,38 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             self.t[:], self.needs_reset[:] = 0, False
         return self.frames.copy(), self._prompt_infos(tasks)
 
-    def step(self, actions):
-        if self.tasks[0] is None:
-            raise RuntimeError("call reset() before step()")
-        actions = checked_action(actions, self.single_action_space, (self.num_envs,),
-                                 bounds_hint=COMMAND_HINT).numpy()
-        resetting = np.flatnonzero(self.needs_reset).tolist()
-        if resetting and self.autoreset_mode == AutoresetMode.DISABLED:
-            raise RuntimeError(f"envs {resetting} have ended their episodes: call reset()")
-        rngs = [rng_continuation(rng) for rng in self._rngs]
-        stepping = [i for i in range(self.num_envs) if i not in resetting]
-        tasks, frames, t = list(self.tasks), self.frames.copy(), self.t.copy()
+    # --- the autoreset protocol's hooks (env/autoreset.py) ----------------------------
+    @property
+    def _started(self) -> bool:
+        return self.tasks[0] is not None
+
+    @property
+    def _needs_reset(self) -> np.ndarray:
+        return self.needs_reset.copy()
+
+    def _checked_actions(self, actions) -> np.ndarray:
+        return checked_action(actions, self.single_action_space, (self.num_envs,), bounds_hint=COMMAND_HINT).numpy()
+
+    def _rng_continuation(self) -> list[np.random.Generator]:
+        return [rng_continuation(rng) for rng in self._rngs]
+
+    def _prepare_resets(self, envs: list[int], rngs: list) -> dict:
+        """A new task and first frame for each of ``envs``, drawn from its generator's continuation."""
+        tasks = {i: sample_task(rngs[i], self.size, self.goal) for i in envs}
+        return {i: (task, draw(task, task.start, self.size)) for i, task in tasks.items()}
+
+    def _prepare_step(self, actions: np.ndarray, stepping: list[int], rngs: list) -> PreparedStep:
         rewards = np.zeros(self.num_envs)
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
-        infos: dict = {}
-        self._start_episodes(resetting, rngs, tasks, frames, t)  # NEXT_STEP: the step after an episode's end
+        infos, pending = {}, {}
         if stepping:
-            imagined, trajectories = self._imagine(stepping, [tasks[i] for i in stepping], frames[stepping],
-                                                   actions[stepping], rngs)
+            tasks = [self.tasks[i] for i in stepping]
+            imagined, trajectories = self._imagine(stepping, tasks, self.frames[stepping], actions[stepping], rngs)
             for j, i in enumerate(stepping):
-                rewards[i], terminated[i] = task_reward(frames[i], imagined[j], tasks[i].goal)
-                frames[i], t[i] = imagined[j][-1], t[i] + 1
-                truncated[i] = t[i] >= self.horizon and not terminated[i]
+                rewards[i], terminated[i] = task_reward(self.frames[i], imagined[j], self.tasks[i].goal)
+                pending[i] = (imagined[j][-1], self.t[i] + 1)
+                truncated[i] = pending[i][1] >= self.horizon and not terminated[i]
             mask = np.isin(np.arange(self.num_envs), stepping)
             chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
             chunk_frames[stepping] = imagined
@@ -234,31 +241,28 @@ class Cosmos3WorldVectorEnv(VectorEnv):
             infos.update(frames=chunk_frames, _frames=mask, trajectory=column, _trajectory=mask.copy(),
                          log_prob_sum=log_prob, _log_prob_sum=mask.copy(), success=terminated.copy(),
                          _success=mask.copy())  # one mask array per key, as Gymnasium makes them
-        infos.update(self._prompt_infos(tasks))
-        ended = terminated | truncated
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
-            # Gymnasium's SAME_STEP: the ended envs' step infos move to final_info (masked to those
-            # envs, copies), and the top level keeps only their reset info (the new prompt).
-            final_info = split_final_info(infos, ended)
-            infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=final_info,
-                         _final_info=ended.copy())
-            self._start_episodes(np.flatnonzero(ended), rngs, tasks, frames, t)  # in this step's observation
-            infos.update(self._prompt_infos(tasks))
-            ended[:] = False
-        with deferred_interrupts():
-            self._rngs, self.tasks, self.frames, self.t = rngs, tasks, frames, t
-            self.needs_reset = ended
-        return frames.copy(), rewards, terminated, truncated, infos
+        infos.update(self._prompt_infos(self.tasks))
+        ended = np.flatnonzero(terminated | truncated).tolist()
+        return PreparedStep(rewards, terminated, truncated, ended, infos, (pending, ended))
+
+    def _install(self, step, resets: dict | None, rngs: list) -> None:
+        self._rngs = rngs
+        pending, ended = step or ({}, [])
+        for i, (frame, t) in pending.items():
+            self.frames[i], self.t[i] = frame, t
+        self.needs_reset[ended] = True
+        for i, (task, frame) in (resets or {}).items():
+            self.tasks[i], self.frames[i], self.t[i], self.needs_reset[i] = task, frame, 0, False
+
+    def _observations(self) -> np.ndarray:
+        return self.frames.copy()
+
+    def _reset_infos(self, envs: list[int]) -> dict:
+        return self._prompt_infos(self.tasks)
 
     def _prompt_infos(self, tasks: list[PushTask]) -> dict:
         """Every env's task prompt (the reset info; a step reports it for every env too)."""
         return {"prompt": object_column(task.prompt for task in tasks), "_prompt": np.ones(self.num_envs, dtype=bool)}
-
-    def _start_episodes(self, envs, rngs: list, tasks: list, frames: np.ndarray, t: np.ndarray) -> None:
-        """Autoreset: a new task and first frame for each of ``envs``, written into the step's copies."""
-        for i in envs:
-            tasks[i] = sample_task(rngs[i], self.size, self.goal)
-            frames[i], t[i] = draw(tasks[i], tasks[i].start, self.size), 0
 
     def _imagine(self, slots: list[int], tasks: list[PushTask], frames: np.ndarray, actions: np.ndarray,
                  rngs: list[np.random.Generator]) -> tuple[np.ndarray, list]:
@@ -284,7 +288,7 @@ class Cosmos3WorldVectorEnv(VectorEnv):
         return tuple(frame.copy() for frame in self.frames)
 
 
-class Cosmos3WorldEnv(gym.Env):
+class Cosmos3WorldEnv(SingleEnvView):
     """``Cosmos3World-v0``: one env of :class:`Cosmos3WorldVectorEnv` (its docstring has the
     details), with the spaces, rewards and episode ends of :class:`ProceduralWorldEnv`.
 
@@ -295,29 +299,8 @@ class Cosmos3WorldEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
 
     def __init__(self, render_mode: str | None = None, **kwargs):
-        self.vector = Cosmos3WorldVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
-                                            **kwargs)
-        self.render_mode = render_mode
-        self.observation_space = self.vector.single_observation_space
-        self.action_space = self.vector.single_action_space
-
-    @property
-    def model(self):
-        return self.vector.model
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        obs, infos = self.vector.reset(seed=seed, options=options)
-        super().reset(seed=None if seed is None else int(seed))
-        return obs[0], {"prompt": infos["prompt"][0]}
-
-    def step(self, action):
-        if self.vector.tasks[0] is None or self.vector.needs_reset[0]:
-            raise RuntimeError("call reset() before step() (and after an episode ends)")
-        action = checked_action(action, self.action_space, bounds_hint=COMMAND_HINT).numpy()
-        obs, rewards, terminated, truncated, infos = self.vector.step(action[None])
-        info = {key: value[0] for key, value in infos.items() if not key.startswith("_")}
-        info["success"] = bool(info["success"])
-        return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info
+        super().__init__(Cosmos3WorldVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
+                                               **kwargs), render_mode, bounds_hint=COMMAND_HINT)
 
     def render(self):
         frames = self.vector.render()

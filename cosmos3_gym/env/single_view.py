@@ -1,0 +1,78 @@
+"""The single env as a view of its vector env with one env (ManiSkill3's layout: batched first).
+
+Every single env of the package (``Cosmos3Rollout-v0`` and the other presets, ``Cosmos3World-v0``)
+is this class over its vector env, built with ``num_envs=1`` and autoreset disabled: one code
+path computes every result, and the view only takes the batch dimension away (numbers become
+Python scalars, masked infos become plain entries). A subclass says which vector env to build
+(:meth:`SingleEnvView.__init__`'s ``vector``) and may add the reset info it reports.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from ..model.interrupts import installing
+from .spaces import checked_action
+
+
+def unbatched_info(infos: dict) -> dict:
+    """Env 0's entries of a vector info dict (those its masks select), numbers as Python scalars."""
+    info = {}
+    for key, value in infos.items():
+        if key.startswith("_") or not infos.get(f"_{key}", np.ones(1, dtype=bool))[0]:
+            continue
+        item = value[0]
+        info[key] = item.item() if isinstance(item, np.generic) else item
+    return info
+
+
+def unbatched(obs):
+    """Env 0's observation of a batched one (an array, or a dict of arrays)."""
+    return {key: value[0] for key, value in obs.items()} if isinstance(obs, dict) else obs[0]
+
+
+class SingleEnvView(gym.Env):
+    """A ``gym.Env`` over ``vector`` (a vector env with one env and autoreset disabled).
+
+    ``reset`` and ``step`` run the vector env's and return env 0's part; each runs in an
+    :func:`~cosmos3_gym.model.interrupts.installing` section, so a Ctrl-C that lands once the
+    vector env has installed its result is raised only after the result is returned, with a
+    message saying that the call took effect.
+    """
+
+    def __init__(self, vector, render_mode: str | None = None, bounds_hint: str | None = None):
+        self.vector, self.render_mode, self._bounds_hint = vector, render_mode, bounds_hint
+        self.observation_space = vector.single_observation_space
+        self.action_space = vector.single_action_space
+
+    @property
+    def model(self):
+        """The Cosmos 3 model (possibly shared with other envs)."""
+        return self.vector.model
+
+    def _reset_info(self, infos: dict) -> dict:
+        """The info ``reset`` returns (env 0's part of the vector env's)."""
+        return unbatched_info(infos)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if isinstance(options, dict) and "reset_mask" in options:
+            raise ValueError("options['reset_mask'] is a vector-env option; a single env always resets its episode")
+        with installing("reset"):
+            obs, infos = self.vector.reset(seed=seed, options=options)
+            super().reset(seed=None if seed is None else int(seed))  # Gymnasium's np_random, once the reset stands
+            return unbatched(obs), self._reset_info(infos)
+
+    def step(self, action):
+        if not self.vector._started or self.vector._needs_reset[0]:
+            raise RuntimeError("the episode is over (or reset() was never called): call env.reset() first")
+        action = checked_action(action, self.action_space, device=getattr(self.vector, "device", "cpu"),
+                                bounds_hint=self._bounds_hint)
+        batched = {k: v.unsqueeze(0) for k, v in action.items()} if isinstance(action, dict) else action.unsqueeze(0)
+        with installing("step"):
+            obs, rewards, terminated, truncated, infos = self.vector.step(batched)
+            return unbatched(obs), float(rewards[0]), bool(terminated[0]), bool(truncated[0]), unbatched_info(infos)
+
+    def close(self):
+        self.vector.close()
+        super().close()
