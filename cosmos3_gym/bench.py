@@ -23,6 +23,7 @@ from PIL import Image
 from .model.model import Cosmos3Model, compiles_by_default
 from .model.diffusers_private import encode_video
 from .model.packing import PackedRows
+from .model.tasks import Task
 from .model.tiny_model import SCHEDULER_CONFIG, build_tiny_tokenizer
 from .rollout.transition import pack_cfg_rows, replay_log_probs
 
@@ -41,8 +42,8 @@ WAN22_VAE_CONFIG = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[
 PROMPT = "a red ball bounces to the right across a wooden floor"
 # `bench --mode`: what each mode runs. The action modes use the pipeline's CosmosActionCondition
 # (random action heads of ACTION_DIM channels, the pusht embodiment, the 480 tier's canvas).
-BENCH_MODES = {"t2v": "Cosmos3Rollout-v0", "policy": "Cosmos3PolicyRollout-v0",
-               "forward_dynamics": "Cosmos3ForwardDynamicsRollout-v0", "world": "Cosmos3World-v0"}
+BENCH_MODES = {Task.T2V: "Cosmos3Rollout-v0", Task.POLICY: "Cosmos3PolicyRollout-v0",
+               Task.FORWARD_DYNAMICS: "Cosmos3ForwardDynamicsRollout-v0", "world": "Cosmos3World-v0"}
 ACTION_DIM, DOMAIN, RAW_DIM, RESOLUTION_TIER = 64, "pusht", 2, 480
 
 
@@ -255,7 +256,7 @@ def mode_inputs(mode: str, num_envs: int, num_frames: int, height: int, width: i
         return {}
     rng = np.random.default_rng(0)
     options = {"image": rng.integers(0, 256, (num_envs, height, width, 3), dtype=np.uint8), "prompt": PROMPT}
-    if mode == "forward_dynamics":
+    if mode == Task.FORWARD_DYNAMICS:
         options["actions"] = rng.uniform(-1, 1, (num_envs, num_frames - 1, RAW_DIM)).astype(np.float32)
     return options
 
@@ -387,7 +388,7 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
     rng = np.random.default_rng(0)
     actions = rng.uniform(-1, 1, (steps + 1, num_envs, chunk, 2)).astype(np.float32)
     frames, infos = venv.reset(seed=0)
-    request = dict(mode="forward_dynamics", num_frames=chunk + 1, height=size, width=size, num_steps=num_steps,
+    request = dict(mode=Task.FORWARD_DYNAMICS, num_frames=chunk + 1, height=size, width=size, num_steps=num_steps,
                    guidance_scale=guidance, resolution_tier=venv.preset.resolution_tier, output_type="np")
     options = {"image": [Image.fromarray(frame) for frame in frames], "actions": actions[0],
                "prompt": str(infos["prompt"][0])}

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from . import preset_tables
+from .model.tasks import ROBOT_TASKS, Task
 
-# The modes of `bench` (cosmos3_gym.bench.BENCH_MODES; spelled out here so that --help needs no torch).
-BENCH_MODES = ("t2v", "policy", "forward_dynamics", "world")
+# The modes of `bench` (the keys of cosmos3_gym.bench.BENCH_MODES, which imports torch: --help does not).
+BENCH_MODES = (str(Task.T2V), str(Task.POLICY), str(Task.FORWARD_DYNAMICS), "world")
 # What SB3's checker says of an unbounded Box (noise mode's action space, by design).
 SB3_UNBOUNDED = "finite lower and upper bound"
 LOG_PROB_NOTE = ("log_prob depends only on the step's sampled noise and its scale (sigma, noise_level), not on "
@@ -221,7 +222,7 @@ def bench(args) -> int:
 def evaluate(args) -> int:
     from .evaluate import action_accuracy, adherence, report
 
-    action = preset_tables()[args.env].get("conditioning") in ("forward_dynamics", "inverse_dynamics", "policy")
+    action = preset_tables()[args.env].get("conditioning") in ROBOT_TASKS
     measure = action_accuracy if action else adherence
     sampler = {name: value for name, value in (("noise_level", args.noise_level),
                                                ("guidance_scale", args.guidance_scale)) if value is not None}

@@ -16,6 +16,7 @@ from collections import Counter
 import numpy as np
 
 from .env.vector_env import Cosmos3RolloutVectorEnv
+from .model.tasks import ROBOT_TASKS, Task
 from .rollout.procedural_world import MAX_SPEED, SUCCESS_RADIUS, action_chunks, dataset, detect, goal_distance, push
 
 
@@ -83,18 +84,18 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     uniform random commands)."""
     venv = Cosmos3RolloutVectorEnv(batch, env_id, **overrides)
     mode, chunk, size = venv.preset.conditioning, venv.preset.num_frames - 1, venv.preset.height
-    if mode not in ("forward_dynamics", "inverse_dynamics", "policy"):
+    if mode not in ROBOT_TASKS:
         raise ValueError(f"{env_id} is not an action rollout; use adherence() for it")
-    tasks, frames, commands = action_chunks(np.random.default_rng(seed), samples, chunk, expert=mode == "policy",
+    tasks, frames, commands = action_chunks(np.random.default_rng(seed), samples, chunk, expert=mode == Task.POLICY,
                                             size=size)
 
     def options(idx: list[int]) -> dict:
         given = {"prompt": [tasks[i].prompt for i in idx]}
-        if mode == "inverse_dynamics":
+        if mode == Task.INVERSE_DYNAMICS:
             given["video"] = frames[idx]
         else:
             given["image"] = frames[idx, 0]
-        if mode == "forward_dynamics":
+        if mode == Task.FORWARD_DYNAMICS:
             given["actions"] = commands[idx]
         return given
 
@@ -102,7 +103,7 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     for idx, info, _ in generations(venv, samples, seed, options, f"evaluating {mode}"):
         for j, i in enumerate(idx):
             task = tasks[i]
-            if mode == "forward_dynamics":
+            if mode == Task.FORWARD_DYNAMICS:
                 truth = push(task, task.start, commands[i], size)
                 for k in range(chunk):
                     found = detect(info["frames"][j][k + 1][None])
@@ -111,18 +112,18 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
                     kept.append(found.color == task.color)
                     if found.color != task.color:
                         confusions[(task.color, found.color)] += 1
-            elif mode == "inverse_dynamics":
+            elif mode == Task.INVERSE_DYNAMICS:
                 a, b = info["actions"][j].ravel(), commands[i].ravel()
                 values.append(_cosine(a, b))
             else:
                 values.append(goal_distance(tuple(push(task, task.start, info["actions"][j], size)[-1]), task.goal,
                                             size) <= SUCCESS_RADIUS)
     result = {"env_id": env_id, "mode": mode, "samples": samples, "seed": seed, "overrides": overrides}
-    if mode == "forward_dynamics":
+    if mode == Task.FORWARD_DYNAMICS:
         result["median_position_error_px"] = float(np.median(values))
         result["color_kept"] = float(np.mean(kept))
         result["confusions"] = confusions
-    elif mode == "inverse_dynamics":
+    elif mode == Task.INVERSE_DYNAMICS:
         result["mean_action_cosine"] = float(np.mean(values))
         # a reference: the commands read off each frame's true motion (over MAX_SPEED; nothing while
         # a wall stops the object, so only a guess of the hidden push could score higher)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from . import diffusers_private as private
+from .tasks import TASKS, Task
 
 CONDITION_CACHE_SIZE = 256
 
@@ -164,12 +165,13 @@ class ConditionEncoding:
         first frame is encoded, see :meth:`_encode_leading`) or all of them (``inverse_dynamics``);
         the ``chunk`` given ``actions`` ``[chunk, raw_dim]``, zero-padded to the model's
         ``action_dim``, clean (``forward_dynamics``) or all action tokens generated."""
+        spec = TASKS[Task(mode)]
         clip = [image] if image is not None else video
-        given = None if mode == "inverse_dynamics" else 1  # every frame, or the first alone (the VAE is causal)
+        given = None if spec.clean_frames == "all" else 1  # every frame, or the first alone (the VAE is causal)
         latent, clean = self._padded(self.encode_action_clips([clip], resolution_tier, chunk + 1, given)[0], chunk + 1)
         action = torch.zeros((chunk, int(self.transformer.config.action_dim)), device=self.device)
-        if mode == "forward_dynamics":
+        if spec.robot_chunk == "given":
             given = torch.as_tensor(np.asarray(actions), dtype=torch.float32, device=self.device)
             action[:, : given.shape[1]] = given
         return Condition(latent=latent, clean_frames=clean, action=action,
-                         clean_actions=tuple(range(chunk)) if mode == "forward_dynamics" else ())
+                         clean_actions=tuple(range(chunk)) if spec.robot_chunk == "given" else ())

@@ -27,7 +27,7 @@ from .schedule import SigmaGrid
 from .sde import KINDS
 from .seeding import checked_seed
 from .streams import LATENTS, LOG_PROB_SUMS, NOISES
-from .tasks import ROBOT_TASKS, checked_domain
+from ..model.tasks import ROBOT_TASKS, checked_domain
 from .transition import pack_cfg_rows, replay_log_probs, transition
 from .trajectory import Trajectory
 

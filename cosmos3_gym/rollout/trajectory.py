@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file
 from safetensors.torch import save as serialize
 
+from ..model.tasks import ROBOT_TASKS, TASKS, Task
 from .streams import LATENTS, STREAMS
 
 TENSOR_FIELDS = (
@@ -213,17 +214,18 @@ class Trajectory:
         if not all(isinstance(i, int) for i in self.cond_ids + self.uncond_ids):
             raise ValueError("trajectory fields 'cond_ids'/'uncond_ids' must be lists of token ids (int)")
         frames = self.latents.shape[2] if self.latents.ndim == 5 else 0
-        all_clean = len(self.clean_frames) >= max(frames, 1) and self.action_mode != "inverse_dynamics"
+        every_frame_may_be_clean = self.action_mode in ROBOT_TASKS and TASKS[Task(self.action_mode)].clean_frames == "all"
+        all_clean = len(self.clean_frames) >= max(frames, 1) and not every_frame_may_be_clean
         if not all(isinstance(f, int) and 0 <= f < frames for f in self.clean_frames) \
                 or len(set(self.clean_frames)) != len(self.clean_frames) or all_clean:
             raise ValueError(f"trajectory field 'clean_frames' is {self.clean_frames!r}; expected distinct latent "
                              f"frame indexes in [0, {frames}) leaving at least one frame to generate (all of "
                              f"them only for inverse dynamics, where the actions are generated)")
-        if self.action_mode not in ("", "policy", "forward_dynamics", "inverse_dynamics") \
+        if self.action_mode not in ("", *ROBOT_TASKS) \
                 or bool(self.action_mode) != (self.action_latents is not None):
             raise ValueError(f"trajectory field 'action_mode' is {self.action_mode!r} with action_latents "
                              f"{'present' if self.action_latents is not None else 'absent'}; expected '' without "
-                             f"actions, else 'policy', 'forward_dynamics' or 'inverse_dynamics'")
+                             f"actions, else one of {[str(task) for task in ROBOT_TASKS]}")
         for stream, names in STREAM_TENSOR_FIELDS.items():
             present = [getattr(self, name) is not None for name in names]
             if any(present) and not all(present):

@@ -18,7 +18,7 @@ from ..model.model import Cosmos3Model
 from ..model.packing import PackedRows, RowSpec
 from .sde import sde_step
 from .streams import LATENTS
-from .tasks import checked_domain
+from ..model.tasks import checked_domain
 from .trajectory import Trajectory
 
 

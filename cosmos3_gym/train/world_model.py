@@ -39,12 +39,13 @@ from .args import parse_args, require_at_least
 from ..model.model import Cosmos3Model, load_component
 from ..model.diffusers_private import crop_action_latent, encode_video
 from ..model.packing import RowSpec, to_device
-from ..rollout.tasks import checked_domain
+from ..model.tasks import ROBOT_TASKS, Task, checked_domain
+from ..model.tasks import TASKS as TASK_TABLE
 from ..model.tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
 from ..rollout.procedural_world import action_chunks, dataset
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
-TASKS = ("t2v", "t2i", "forward_dynamics", "inverse_dynamics", "policy")
+TASKS = (Task.T2V, Task.T2I, Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS, Task.POLICY)  # what it trains
 
 
 @dataclass
@@ -199,7 +200,7 @@ def parse_task_weights(spec: str, where: str = "") -> dict[str, float]:
         name, _, value = item.partition("=")
         if name not in TASKS or not value.replace(".", "", 1).isdigit() or float(value) <= 0:
             raise ValueError(f"{where or f'task_weights={spec!r}'}: {item!r} is not task=weight with a weight > 0 "
-                             f"and a task of {TASKS}")
+                             f"and a task of {[str(task) for task in TASKS]}")
         weights[name] = float(value)
     return weights
 
@@ -276,9 +277,9 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
     Text tasks take their videos from ``scenes`` (an item of :class:`SceneBatches`), action tasks
     draw from ``pools`` (``"expert"`` for the policy, ``"random"`` for dynamics)."""
     chunk = NUM_FRAMES - 1
-    action = task in ("forward_dynamics", "inverse_dynamics", "policy")
+    action = task in ROBOT_TASKS
     if action:
-        pool = pools["expert" if task == "policy" else "random"]
+        pool = pools["expert" if task == Task.POLICY else "random"]
         index = rng.integers(0, len(pool.prompts), args.batch)
         on_device = to_device(torch.from_numpy(index), pool.latents.device)
         video, commands = pool.latents[on_device], pool.commands[on_device]
@@ -286,14 +287,14 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
         num_frames = NUM_FRAMES
     else:
         frames, captions, image_captions = scenes
-        if task == "t2i":
+        if task == Task.T2I:
             frames = frames[:, :1]
-        prompts = image_captions if task == "t2i" else captions
+        prompts = image_captions if task == Task.T2I else captions
         num_frames = frames.shape[1]
         video = encode_video(model.pipeline, _pixels(frames, args.device))
     given_latents = 0
     if action:  # the clean latent frames: the first (policy, forward dynamics) or all (inverse dynamics)
-        given = num_frames if task == "inverse_dynamics" else 1
+        given = num_frames if TASK_TABLE[Task(task)].clean_frames == "all" else 1
         given_latents = (given - 1) // model.temporal_compression + 1
     clean_frames = tuple(range(given_latents))
     generated_frames = torch.arange(video.shape[2], device=args.device) >= given_latents
@@ -311,7 +312,7 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
         ids = tuple(uncond if rng.random() < args.uncond_prob else cond)
         extra = {}
         if action:
-            extra = dict(action_len=chunk, clean_actions=tuple(range(chunk)) if task == "forward_dynamics" else (),
+            extra = dict(action_len=chunk, clean_actions=tuple(range(chunk)) if TASK_TABLE[Task(task)].robot_chunk == "given" else (),
                          domain_id=domain_id, raw_action_dim=raw_dim)
         rows.append(RowSpec(ids, *grid, FPS, clean_frames, **extra))
     # rows of equal text length next to each other: each such run attends as one batch
@@ -325,7 +326,7 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
         padded[:, :, :raw_dim] = commands[order]
         x0["action"] = padded
         mask = torch.zeros_like(padded, dtype=torch.bool)
-        if task != "forward_dynamics":
+        if TASK_TABLE[Task(task)].robot_chunk == "generated":
             mask[:, :, :raw_dim] = True
         generated["action"] = mask
     return rows, x0, generated
@@ -367,10 +368,10 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     rng = np.random.default_rng(args.data_seed)
     schedule = task_schedule(args, rng)
     pools = {}
-    if {"forward_dynamics", "inverse_dynamics"} & set(schedule):
+    if {Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS} & set(schedule):
         pools["random"] = ActionPool.build(model, args.action_pool, False, args.data_seed * 1_000_003 + 3 * 10**6,
                                            args.resolution_tier, args.device)
-    if "policy" in schedule:
+    if Task.POLICY in schedule:
         pools["expert"] = ActionPool.build(model, args.action_pool // 2, True,
                                            args.data_seed * 1_000_003 + 4 * 10**6, args.resolution_tier, args.device)
     text_steps = [step for step, task in enumerate(schedule) if task in ("t2v", "t2i")]

@@ -21,6 +21,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
 from ..model.interrupts import deferred_interrupts
+from ..model.tasks import Task
 from ..env.presets import load_preset
 from ..env.spaces import build_engine, checked_action, checked_options
 from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
@@ -269,7 +270,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         """One forward-dynamics generation per slot: the imagined chunk uint8 ``[b, chunk, H, W, 3]``
         and the inner denoising trajectories. The engine is this env's scratch space."""
         model, p = self.engine.model, self.preset
-        conditions = [model.encode_action_condition("forward_dynamics", self.chunk, p.resolution_tier, image=frame,
+        conditions = [model.encode_action_condition(Task.FORWARD_DYNAMICS, self.chunk, p.resolution_tier, image=frame,
                                                     actions=action) for frame, action in zip(frames, actions)]
         seeds = [int(rngs[i].integers(SEED_RANGE[1])) for i in slots]
         self.engine.reset_slots(slots, seeds, [task.prompt for task in tasks], [p.negative_prompt] * len(slots),

@@ -6,7 +6,7 @@ import math
 import torch
 
 from cosmos3_gym.model.packing import RowSpec
-from cosmos3_gym.rollout.tasks import checked_domain
+from cosmos3_gym.model.tasks import checked_domain
 
 CHUNK = 8
 

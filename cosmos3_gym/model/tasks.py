@@ -68,7 +68,7 @@ def task_of(conditioning: str, num_frames: int, sound: bool) -> Task:
 
 def embodiment_domains() -> dict[str, tuple[int, int]]:
     """``{domain: (domain id, raw action dimension)}`` of the Cosmos 3 embodiments with a fixed action width."""
-    from ..model.diffusers_private import embodiment_domains as domains
+    from .diffusers_private import embodiment_domains as domains
 
     return domains()
 
