@@ -4,6 +4,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
+import io
+import tokenize
+
+
+def field_comments(cls) -> dict[str, str]:
+    """The comment written after each field of dataclass ``cls`` (``lr: float = 1e-4  # the step size``),
+    by field name: the examples document their flags there, and ``--help`` shows it."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # defined where no source is kept (an interactive session)
+        return {}
+    comments, names = {}, set(f.name for f in dataclasses.fields(cls))
+    line_of_field = {}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.NAME and token.start[1] == 4 and token.string in names:
+            line_of_field.setdefault(token.start[0], token.string)
+        elif token.type == tokenize.COMMENT and token.start[0] in line_of_field:
+            comments[line_of_field[token.start[0]]] = token.string.lstrip("#").strip()
+    return comments
 
 
 def parse_args(cls, argv=None, description: str | None = None):
@@ -15,13 +35,16 @@ def parse_args(cls, argv=None, description: str | None = None):
 
     configure_threads()
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    comments = field_comments(cls)
     for field in dataclasses.fields(cls):
         flag = f"--{field.name.replace('_', '-')}"
+        about = comments.get(field.name, "").replace("%", "%%")
         if isinstance(field.default, bool):  # the action appends "(default: ...)" itself
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help="")
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=about)
         else:
+            kind = f"{type(field.default).__name__}, default: %(default)s"
             parser.add_argument(flag, type=type(field.default), default=field.default,
-                                help=f"{type(field.default).__name__} (default: %(default)s)")
+                                help=f"{about} ({kind})" if about else f"({kind})")
     try:
         return cls(**vars(parser.parse_args(argv)))
     except ValueError as error:  # a dataclass's own checks (require_at_least): usage and message, exit 2
