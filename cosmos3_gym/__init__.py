@@ -7,7 +7,7 @@ TOML files and registered with entry-point strings, so ``import cosmos3_gym`` (a
 imported on first attribute access (PEP 562).
 """
 
-from importlib import import_module, resources
+from importlib import import_module, resources, util
 
 import gymnasium as gym
 
@@ -70,6 +70,23 @@ def _register_worlds() -> list[str]:
 WORLD_ENV_IDS = _register_worlds()
 
 
+def _register_pusht() -> list[str]:
+    """PushT (``pip install 'cosmos3-gym[pusht]'``): Cosmos 3 imagining it, and gym-pusht as its twin.
+
+    Registered only where gym-pusht is installed, which is looked up without importing it."""
+    if util.find_spec("gym_pusht") is None:
+        return []
+    worlds = {"Cosmos3PushT-v0": ("Cosmos3PushTEnv", "Cosmos3PushTVectorEnv"), "PushT-Twin-v0": ("PushTTwinEnv", None)}
+    for env_id, (entry, vector) in worlds.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=f"cosmos3_gym.world.pusht:{entry}",
+                         vector_entry_point=vector and f"cosmos3_gym.world.pusht:{vector}", disable_env_checker=True)
+    return list(worlds)
+
+
+PUSHT_ENV_IDS = _register_pusht()
+
+
 def __getattr__(name: str):
     """Import a public class or function on first use: torch loads only when it is needed."""
     if name in _LAZY:
@@ -84,6 +101,6 @@ def __dir__():
 
 
 __all__ = [
-    "ENV_IDS", "WORLD_ENV_IDS", "Cosmos3Model", "Cosmos3RolloutEnv", "Preset", "RolloutEngine", "SDEStep", "Trajectory",
-    "__version__", "load_preset", "replay_log_probs", "sde_step",
+    "ENV_IDS", "PUSHT_ENV_IDS", "WORLD_ENV_IDS", "Cosmos3Model", "Cosmos3RolloutEnv", "Preset", "RolloutEngine",
+    "SDEStep", "Trajectory", "__version__", "load_preset", "replay_log_probs", "sde_step",
 ]

@@ -1,0 +1,373 @@
+"""PushT, a twin people know: Cosmos 3 imagines LeRobot's gym-pusht, scored against the real thing.
+
+``Cosmos3PushT-v0`` (:class:`Cosmos3PushTVectorEnv`, and :class:`Cosmos3PushTEnv`, its one-env view)
+is PushT imagined by Cosmos 3 in forward-dynamics mode; ``PushT-Twin-v0`` (:class:`PushTTwinEnv`) is
+its ground truth, gym-pusht itself, stepped a chunk at a time. Both have the same spaces and the
+same first frames, so a policy trained in one runs in the other as it is (DESIGN.md, section 11.2):
+
+* observation: gym-pusht's ``pixels`` observation, uint8 ``[96, 96, 3]``
+  (``gym.make("gym_pusht/PushT-v0", obs_type="pixels").observation_space``);
+* action: a chunk of ``chunk`` consecutive gym-pusht actions, ``Box(0, 512, (chunk, 2), float32)``:
+  the agent's target positions in gym-pusht's 512x512 canvas;
+* ``reset(seed=s)``: the state and frame gym-pusht's own ``reset(seed=s)`` gives, bit for bit;
+* reward: the sum over the chunk's frames of gym-pusht's reward ``clip(coverage / 0.95, 0, 1)``;
+  terminated (success) at the first frame whose coverage exceeds gym-pusht's
+  ``success_threshold`` (0.95): the rest of the chunk is not played (gym-pusht's episode is over),
+  ``info["frames"]`` repeats that frame, and it is the observation; truncated after ``horizon``
+  chunks (default: gym-pusht's 300 steps, ``ceil(300 / chunk)`` chunks).
+
+The twin reads coverage and success from gym-pusht's state; the imagined world has only pixels,
+and reads them from its imagined frames with :mod:`cosmos3_gym.world.pusht_coverage` (the T block's
+pose fitted to a segmentation of gym-pusht's rendered colours, intersected with the goal; on
+gym-pusht's own frames 0.002 from its coverage on average, about 0.02 at worst).
+
+**Actions for the model.** Cosmos 3's ``pusht`` embodiment takes a 2-D action per frame. The chunk's
+target positions are scaled from gym-pusht's canvas to [-1, 1] (:func:`model_actions`:
+``a / 256 - 1``; x and y as gym-pusht gives them, y downwards), absolute targets, as LeRobot's PushT
+data records them (min-max normalised, with the canvas as the range). Deltas would need the agent's
+position, which an imagined world only has as pixels.
+
+**The model.** The embedded tiny Cosmos 3 was trained on the procedural world, not on PushT: its
+PushT imaginings are poor (a placeholder that exercises every code path). Pass a PushT checkpoint as
+``gym.make("Cosmos3PushT-v0", checkpoint=DIR)`` (a diffusers-layout Cosmos 3 directory, as
+``Cosmos3World-v0`` takes); :mod:`cosmos3_gym.world.pusht_data` writes clips to train one on.
+
+Needs ``pip install 'cosmos3-gym[pusht]'`` (gym-pusht: pymunk, pygame, shapely, opencv).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from ..env.infos import object_column, split_final_info
+from ..env.spaces import checked_action, checked_options
+from ..model.interrupts import deferred_interrupts
+from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
+from .envs import Cosmos3WorldVectorEnv, _checked_int
+from .pusht_coverage import SIZE, chunk_coverages, make_pusht, pusht_reward
+
+CHUNK = 8  # gym-pusht actions per step (Cosmos 3 generates 1 + 4m frames: chunk is a multiple of 4)
+MAX_EPISODE_STEPS = 300  # gym-pusht's registered TimeLimit (gym_pusht/__init__.py)
+CANVAS = 512.0  # gym-pusht's action range [0, 512] per axis
+PROMPT = "A top-down view of a blue circular agent pushing a grey T-shaped block into the green T-shaped target."
+TARGET_HINT = "(agent target positions in gym-pusht's 512x512 canvas); clip the targets to [0, 512]"
+RESET_HINT = "; the start is gym-pusht's reset(seed=...)"
+
+
+def pusht_action_space(chunk: int = CHUNK) -> spaces.Box:
+    """``Box(0, 512, (chunk, 2), float32)``: ``chunk`` gym-pusht actions (agent target positions)."""
+    return spaces.Box(0.0, CANVAS, (chunk, 2), np.float32)
+
+
+def model_actions(chunk: np.ndarray) -> np.ndarray:
+    """The ``pusht`` action units Cosmos 3 is conditioned on: target positions scaled to [-1, 1]."""
+    return (np.asarray(chunk, dtype=np.float32) / (CANVAS / 2) - 1.0).astype(np.float32)
+
+
+def default_horizon(chunk: int) -> int:
+    """Chunks per episode: gym-pusht's 300 steps, rounded up to whole chunks."""
+    return math.ceil(MAX_EPISODE_STEPS / chunk)
+
+
+def _checked_chunk(chunk) -> int:
+    chunk = _checked_int("chunk", chunk)
+    if chunk % 4:
+        raise ValueError(f"chunk={chunk} is invalid; Cosmos 3 generates 1 + 4m frames, so use a multiple of 4 "
+                         "(the twin takes the same chunk as the imagined world)")
+    return chunk
+
+
+def _play_out(coverages: np.ndarray, threshold: float) -> tuple[int, float, bool]:
+    """``(frames played, summed reward, success)`` of a chunk's coverages: the chunk ends at the first
+    frame over ``threshold``, as gym-pusht's episode does."""
+    over = np.flatnonzero(coverages > threshold)
+    played = int(over[0]) + 1 if over.size else len(coverages)
+    return played, float(sum(pusht_reward(c, threshold) for c in coverages[:played])), bool(over.size)
+
+
+def _padded(frames: np.ndarray, played: int) -> np.ndarray:
+    out = frames.copy()
+    out[played:] = frames[played - 1]
+    return out
+
+
+class PushTTwinEnv(gym.Env):
+    """gym-pusht played a chunk at a time: the ground truth of ``Cosmos3PushT-v0`` (same spaces).
+
+    ## Action Space
+    ``Box(0, 512, (chunk, 2), float32)``: ``chunk`` consecutive gym-pusht actions (agent target
+    positions); out-of-bounds or non-finite actions raise.
+
+    ## Observation Space
+    gym-pusht's ``pixels`` observation: ``Box(0, 255, (96, 96, 3), uint8)``, the frame after the chunk.
+
+    ## Rewards
+    The sum of gym-pusht's rewards (``clip(coverage / 0.95, 0, 1)``) over the actions played.
+
+    ## Starting State
+    ``reset(seed=s)`` is gym-pusht's ``reset(seed=s)``: the same state, the same frame.
+
+    ## Episode End
+    Terminated when gym-pusht terminates (coverage > its ``success_threshold``, 0.95): the rest of
+    the chunk is not played. Truncated after ``horizon`` chunks (default ``ceil(300 / chunk)``,
+    gym-pusht's 300 steps).
+
+    ## Info
+    ``frames`` (uint8 ``[chunk, 96, 96, 3]``, one per action; after a success the success frame
+    repeats), ``coverages`` (``[chunk]``, gym-pusht's ``info["coverage"]`` after each action,
+    repeated likewise), ``coverage`` (the observation's), ``played`` (actions played), ``success``
+    and ``is_success``, and gym-pusht's last step info (``pos_agent``, ``vel_agent``, ``block_pose``,
+    ``goal_pose``, ``n_contacts``). Reset info: gym-pusht's, plus ``coverage``.
+
+    ## Arguments
+    ``gym.make("PushT-Twin-v0", chunk=8, horizon=None, render_mode=None, **pusht_kwargs)``
+    (``pusht_kwargs``: gym-pusht's ``PushTEnv`` arguments, e.g. ``damping``).
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, chunk: int = CHUNK, horizon: int | None = None, render_mode: str | None = None, **pusht_kwargs):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        self.chunk = _checked_chunk(chunk)
+        self.horizon = default_horizon(self.chunk) if horizon is None else _checked_int("horizon", horizon)
+        self.render_mode = render_mode
+        self.pusht = make_pusht(**pusht_kwargs)
+        self.threshold = float(self.pusht.success_threshold)
+        self.observation_space = self.pusht.observation_space
+        self.action_space = pusht_action_space(self.chunk)
+        self.frame: np.ndarray | None = None
+        self.t: int | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        checked_options(options, (), RESET_HINT)
+        super().reset(seed=None if seed is None else checked_seed(seed))
+        if seed is None:  # gym-pusht keeps its own generator; draw its seed from ours
+            seed = int(self.np_random.integers(SEED_RANGE[1]))
+        self.frame, info = self.pusht.reset(seed=seed)
+        self.t = 0
+        return self.frame.copy(), {**info, "coverage": float(self.pusht._get_coverage())}
+
+    def step(self, action):
+        if self.t is None:
+            raise RuntimeError("call reset() before step() (and after an episode ends)")
+        action = checked_action(action, self.action_space, bounds_hint=TARGET_HINT).numpy()
+        frames, coverages, reward, info, success = [], [], 0.0, {}, False
+        for target in action:
+            frame, r, terminated, _, info = self.pusht.step(target)
+            frames.append(frame)
+            coverages.append(float(info["coverage"]))
+            reward += float(r)
+            if terminated:
+                success = True
+                break
+        played = len(frames)
+        frames = np.stack(frames + [frames[-1]] * (self.chunk - played))
+        coverages = np.array(coverages + [coverages[-1]] * (self.chunk - played))
+        self.t += 1
+        self.frame = frames[-1]
+        truncated = self.t >= self.horizon and not success
+        if success or truncated:
+            self.t = None
+        info = {**info, "frames": frames, "coverages": coverages, "coverage": coverages[-1], "played": played,
+                "success": success, "is_success": success}
+        return self.frame.copy(), reward, success, truncated, info
+
+    def render(self):
+        return None if self.render_mode != "rgb_array" or self.frame is None else self.frame.copy()
+
+    def close(self):
+        self.pusht.close()
+
+
+@dataclass(frozen=True)
+class PushTEpisode:
+    """One imagined episode: the gym-pusht seed its first frame came from, and the model's prompt."""
+
+    seed: int
+    prompt: str
+
+
+class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
+    """``num_envs`` PushT envs imagined by Cosmos 3 (forward dynamics), one batched generation a step.
+
+    The machinery is :class:`~cosmos3_gym.world.envs.Cosmos3WorldVectorEnv`'s (one engine, one
+    batched transformer forward per denoising step for all envs, ``infos["trajectory"]`` with the
+    log-probs, autoreset modes, transactional calls); the task is PushT's: env ``i``'s first frame is
+    gym-pusht's ``reset(seed=s + i)`` frame, each step imagines the ``chunk`` frames the chunk's
+    gym-pusht actions cause (conditioned on the current frame and :func:`model_actions`), and
+    reward and success come from the imagined frames (see the module docstring). ``infos``:
+    ``frames``, ``coverages`` (``[num_envs, chunk]``, read from the imagined frames), ``coverage``,
+    ``played``, ``success``, ``log_prob_sum``, ``trajectory``, ``prompt``, ``seed`` (each env's
+    gym-pusht reset seed).
+
+    Args: ``num_envs``, ``chunk`` (a multiple of 4), ``horizon`` (chunks; default
+    ``ceil(300 / chunk)``), ``prompt``, ``exact_coverage`` (refine the block's pose with gym-pusht's
+    renderer; default True; False: the smooth fit only, faster, about 0.03 at worst), ``num_steps``,
+    ``kind``, ``guidance_scale``, ``noise_level``, ``domain``, ``autoreset_mode``, ``render_mode``,
+    ``checkpoint`` (a PushT-trained Cosmos 3; default: the embedded placeholder), ``device``,
+    ``dtype``, ``model``.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10, "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int | None = None, prompt: str = PROMPT,
+                 exact_coverage: bool = True, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,
+                 noise_level: float = 0.7, domain: str = "pusht",
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
+                 checkpoint: str = "", device=None, dtype=None, model=None):
+        chunk = _checked_chunk(chunk)
+        horizon = default_horizon(chunk) if horizon is None else _checked_int("horizon", horizon)
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError(f"prompt={prompt!r} is invalid; use a non-empty string")
+        self.pusht = make_pusht()  # before the model loads: a missing gym-pusht fails fast
+        super().__init__(num_envs, chunk=chunk, horizon=horizon, size=SIZE, num_steps=num_steps, kind=kind,
+                         guidance_scale=guidance_scale, noise_level=noise_level, domain=domain,
+                         autoreset_mode=autoreset_mode, render_mode=render_mode, checkpoint=checkpoint, device=device,
+                         dtype=dtype, model=model)
+        self.prompt, self.exact_coverage = prompt, bool(exact_coverage)
+        self.threshold = float(self.pusht.success_threshold)
+        self.single_observation_space = self.pusht.observation_space
+        self.single_action_space = pusht_action_space(self.chunk)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+    def _first_frame(self, seed: int) -> np.ndarray:
+        frame, _ = self.pusht.reset(seed=seed)
+        return frame
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
+        checked_options(options, (), RESET_HINT)
+        seeds = per_env_seeds(seed, self.num_envs)
+        if seeds is None:
+            seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]
+        frames = np.stack([self._first_frame(s) for s in seeds])
+        tasks = [PushTEpisode(s, self.prompt) for s in seeds]
+        with deferred_interrupts():
+            self._rngs, self.tasks = [np.random.default_rng(s) for s in seeds], tasks
+            self.frames = frames
+            self.t[:], self.needs_reset[:] = 0, False
+        return self.frames.copy(), self._prompt_infos(tasks)
+
+    def _prompt_infos(self, tasks: list[PushTEpisode]) -> dict:
+        everyone = np.ones(self.num_envs, dtype=bool)
+        return {"prompt": object_column(task.prompt for task in tasks), "_prompt": everyone,
+                "seed": np.array([task.seed for task in tasks], dtype=np.int64), "_seed": everyone.copy()}
+
+    def _start_episodes(self, envs, rngs: list, tasks: list, frames: np.ndarray, t: np.ndarray) -> None:
+        """Autoreset: gym-pusht's reset with a seed drawn from the env's generator."""
+        for i in envs:
+            seed = int(rngs[i].integers(SEED_RANGE[1]))
+            tasks[i], frames[i], t[i] = PushTEpisode(seed, self.prompt), self._first_frame(seed), 0
+
+    def step(self, actions):
+        if self.tasks[0] is None:
+            raise RuntimeError("call reset() before step()")
+        actions = checked_action(actions, self.single_action_space, (self.num_envs,), bounds_hint=TARGET_HINT).numpy()
+        resetting = np.flatnonzero(self.needs_reset).tolist()
+        if resetting and self.autoreset_mode == AutoresetMode.DISABLED:
+            raise RuntimeError(f"envs {resetting} have ended their episodes: call reset()")
+        rngs = [rng_continuation(rng) for rng in self._rngs]
+        stepping = [i for i in range(self.num_envs) if i not in resetting]
+        tasks, frames, t = list(self.tasks), self.frames.copy(), self.t.copy()
+        rewards = np.zeros(self.num_envs)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        infos: dict = {}
+        self._start_episodes(resetting, rngs, tasks, frames, t)  # NEXT_STEP: the step after an episode's end
+        if stepping:
+            imagined, trajectories = self._imagine(stepping, [tasks[i] for i in stepping], frames[stepping],
+                                                   model_actions(actions[stepping]), rngs)
+            chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
+            coverages = np.zeros((self.num_envs, self.chunk))
+            played = np.zeros(self.num_envs, dtype=np.int64)
+            for j, i in enumerate(stepping):
+                coverages[i] = chunk_coverages(imagined[j], exact=self.exact_coverage)
+                played[i], rewards[i], terminated[i] = _play_out(coverages[i], self.threshold)
+                chunk_frames[i] = _padded(imagined[j], played[i])
+                coverages[i, played[i]:] = coverages[i, played[i] - 1]
+                frames[i], t[i] = chunk_frames[i, -1], t[i] + 1
+                truncated[i] = t[i] >= self.horizon and not terminated[i]
+            mask = np.isin(np.arange(self.num_envs), stepping)
+            column = object_column(size=self.num_envs)
+            column[stepping] = trajectories
+            log_prob = np.full(self.num_envs, np.nan)
+            log_prob[stepping] = [float(tr.log_prob_sums.sum()) for tr in trajectories]
+            infos.update(frames=chunk_frames, _frames=mask, coverages=coverages, _coverages=mask.copy(),
+                         coverage=coverages[:, -1].copy(), _coverage=mask.copy(), played=played,
+                         _played=mask.copy(), trajectory=column, _trajectory=mask.copy(), log_prob_sum=log_prob,
+                         _log_prob_sum=mask.copy(), success=terminated.copy(), _success=mask.copy())
+        infos.update(self._prompt_infos(tasks))
+        ended = terminated | truncated
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
+            final_info = split_final_info(infos, ended)
+            infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=final_info,
+                         _final_info=ended.copy())
+            self._start_episodes(np.flatnonzero(ended), rngs, tasks, frames, t)
+            infos.update(self._prompt_infos(tasks))
+            ended[:] = False
+        with deferred_interrupts():
+            self._rngs, self.tasks, self.frames, self.t = rngs, tasks, frames, t
+            self.needs_reset = ended
+        return frames.copy(), rewards, terminated, truncated, infos
+
+    def close(self, **kwargs):
+        self.pusht.close()
+        super().close(**kwargs)
+
+
+class Cosmos3PushTEnv(gym.Env):
+    """``Cosmos3PushT-v0``: one env of :class:`Cosmos3PushTVectorEnv` (its docstring and the module's
+    have the details), with the spaces, rewards and episode ends of :class:`PushTTwinEnv`.
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode: str | None = None, **kwargs):
+        self.vector = Cosmos3PushTVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode, **kwargs)
+        self.render_mode = render_mode
+        self.observation_space = self.vector.single_observation_space
+        self.action_space = self.vector.single_action_space
+
+    @property
+    def model(self):
+        return self.vector.model
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            seed = checked_seed(seed)
+        super().reset(seed=seed)
+        if seed is None:  # the vector env draws from its own generators; seed it from ours
+            seed = int(self.np_random.integers(SEED_RANGE[1]))
+        obs, infos = self.vector.reset(seed=seed, options=options)
+        return obs[0], {"prompt": infos["prompt"][0], "seed": int(infos["seed"][0])}
+
+    def step(self, action):
+        if self.vector.tasks[0] is None or self.vector.needs_reset[0]:
+            raise RuntimeError("call reset() before step() (and after an episode ends)")
+        action = checked_action(action, self.action_space, bounds_hint=TARGET_HINT).numpy()
+        obs, rewards, terminated, truncated, infos = self.vector.step(action[None])
+        info = {key: value[0] for key, value in infos.items() if not key.startswith("_")}
+        info["success"] = info["is_success"] = bool(info["success"])
+        info["coverage"], info["played"], info["seed"] = float(info["coverage"]), int(info["played"]), int(info["seed"])
+        return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info
+
+    def render(self):
+        frames = self.vector.render()
+        return None if frames is None else frames[0]
+
+    def close(self):
+        self.vector.close()
