@@ -1,0 +1,97 @@
+"""How far can the dream be trusted? ``Cosmos3World-v0`` scored against ``ProceduralWorld-v0``.
+
+    python benchmarks/world_eval.py --out out/world_eval   # world_eval.json, .md, .png there
+    python benchmarks/world_eval.py --num-steps 4 --episodes 4   # a quicker look
+
+For each number of denoising steps per imagined chunk (``--num-steps``, comma-separated; 8 is
+``Cosmos3World-v0``'s default), :func:`cosmos3_gym.world.harness.evaluate_world` runs the imagined
+world against its twin over reset seeds ``seed .. seed + episodes - 1``: action sensitivity (the
+imagined-vs-true object-centre error under the true, shuffled and zero actions, per step of the
+horizon), the procedural world's scripted policies in both worlds (success and return with
+bootstrap intervals; Pearson r, Spearman rho, MMRV across policies) and the exploit rate (imagined
+successes whose actions fail when replayed in the truth). One shared model serves every setting.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+
+import cosmos3_gym  # noqa: F401  (registers the env ids)
+from cosmos3_gym.model.model import Cosmos3Model, check_checkpoint
+from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
+
+
+@dataclass
+class WorldEvalArgs:
+    episodes: int = 12  # reset seeds per policy (and per sensitivity condition)
+    num_steps: str = "8,4"  # denoising steps per imagined chunk, comma-separated (8: Cosmos3World-v0's default)
+    noise_levels: str = "0,1,2,4,8"  # the greedy policies' command noise (standard deviation), comma-separated
+    goal: str = ""  # "" a random corner per episode (the scripted policies read it from the prompt), or e.g. "top left"
+    seed: int = 0  # reset seeds seed ..; also the shuffle, the random actions and the bootstrap
+    checkpoint: str = ""  # the world model's weights (default: the embedded model)
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
+    progress: bool = True  # tqdm bars
+
+    def __post_init__(self):
+        require_at_least(self, episodes=2)
+        try:
+            self.steps_list = [int(s) for s in self.num_steps.split(",")]
+            self.noise_list = [float(s) for s in self.noise_levels.split(",")]
+        except ValueError:
+            raise ValueError(f"--num-steps {self.num_steps!r} / --noise-levels {self.noise_levels!r}: "
+                             "use comma-separated numbers") from None
+        if min(self.steps_list) < 1:
+            raise ValueError(f"--num-steps {self.num_steps}: use integers >= 1")
+        if self.checkpoint:
+            check_checkpoint(self.checkpoint)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(WorldEvalArgs, argv, __doc__)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    goal = args.goal or None
+    model = (Cosmos3Model.from_pretrained(args.checkpoint, device=args.device) if args.checkpoint
+             else Cosmos3Model.embedded(device=args.device))
+    truth = gym.make("ProceduralWorld-v0", goal=goal)
+    policies = scripted_policies(chunk=truth.action_space.shape[0], noise_levels=args.noise_list)
+    records, started, cpu = {}, time.perf_counter(), time.process_time()
+    for num_steps in args.steps_list:
+        dream = gym.make("Cosmos3World-v0", num_steps=num_steps, goal=goal, model=model)
+        label = f"num_steps={num_steps}"
+        records[label] = evaluate_world(dream, truth, policies, episodes=args.episodes, seed=args.seed,
+                                        label=label, progress=args.progress)
+        print(f"{label}: {json.dumps(key_numbers(records[label]))}", flush=True)
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    goal_flag = f" --goal {args.goal!r}" if args.goal else ""
+    header = (f"# python benchmarks/world_eval.py --episodes {args.episodes} --num-steps {args.num_steps} "
+              f"--noise-levels {args.noise_levels} --seed {args.seed}{goal_flag}"
+              f" --device {args.device}; {platform.machine()}, torch {torch.__version__}, "
+              f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")
+    sections = [header]
+    for label, record in records.items():
+        sec = record["seconds"]
+        sections += ["", f"## Cosmos3World-v0 {label} vs ProceduralWorld-v0 ({args.episodes} episodes per "
+                     f"policy, seeds {args.seed}-{args.seed + args.episodes - 1}; sensitivity "
+                     f"{sec['sensitivity']:.0f} s, policies {sec['policies']:.0f} s)", "", markdown_report(record)]
+    text = "\n".join(sections) + "\n"
+    (out / "world_eval.md").write_text(text)
+    (out / "world_eval.json").write_text(json.dumps({"args": {k: v for k, v in asdict(args).items()},
+                                                     "seconds": seconds, "cpu_seconds": cpu_seconds,
+                                                     "records": records}, allow_nan=False))
+    plot_report(records, out / "world_eval.png")
+    print(text)
+    return records
+
+
+if __name__ == "__main__":
+    main()
