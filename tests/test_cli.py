@@ -258,3 +258,20 @@ def test_outputs_on_devices_are_written_in_place_and_a_full_one_is_a_one_line_er
                f"free some space, or choose another path" in err
         assert "Traceback" not in err
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_for_sb3(monkeypatch, capsys,
+                                                                                       keep_threads):
+    """`check` runs both checkers on the world envs too, and says that SB3's algorithms refuse the
+    Dict action space of a multi-stream env's noise mode even though SB3's checker passes it."""
+    import cosmos3_gym
+
+    monkeypatch.setattr(cosmos3_gym, "ENV_IDS", ["Cosmos3RolloutAV-v0"])
+    monkeypatch.setattr(cosmos3_gym, "WORLD_ENV_IDS", ["ProceduralWorld-v0", "Cosmos3World-v0"])
+    assert cli.main(["check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 8  # (2 modes + 2 worlds) x 2 checkers
+    for world in ("ProceduralWorld-v0", "Cosmos3World-v0"):
+        assert [line.split()[-1] for line in lines if line.startswith(world)] == ["ok", "ok"]
+    noise_sb3 = [line for line in lines if " noise " in line and " sb3 " in line]
+    assert len(noise_sb3) == 1 and "take no Dict action space" in noise_sb3[0] and not noise_sb3[0].endswith(" ok")
