@@ -46,10 +46,12 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from ..env.infos import object_column, split_final_info
+from ..env.autoreset import PreparedStep
+from ..env.infos import object_column
+from ..env.single_view import SingleEnvView
 from ..env.spaces import checked_action, checked_options
 from ..model.interrupts import deferred_interrupts
-from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
+from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds
 from .envs import Cosmos3WorldVectorEnv, _checked_int
 from .pusht_coverage import SIZE, chunk_coverages, make_pusht, pusht_reward
 
@@ -264,29 +266,22 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         return {"prompt": object_column(task.prompt for task in tasks), "_prompt": everyone,
                 "seed": np.array([task.seed for task in tasks], dtype=np.int64), "_seed": everyone.copy()}
 
-    def _start_episodes(self, envs, rngs: list, tasks: list, frames: np.ndarray, t: np.ndarray) -> None:
-        """Autoreset: gym-pusht's reset with a seed drawn from the env's generator."""
-        for i in envs:
-            seed = int(rngs[i].integers(SEED_RANGE[1]))
-            tasks[i], frames[i], t[i] = PushTEpisode(seed, self.prompt), self._first_frame(seed), 0
+    # --- the autoreset protocol's hooks (env/autoreset.py): PushT's episodes and scoring ---
+    def _checked_actions(self, actions) -> np.ndarray:
+        return checked_action(actions, self.single_action_space, (self.num_envs,), bounds_hint=TARGET_HINT).numpy()
 
-    def step(self, actions):
-        if self.tasks[0] is None:
-            raise RuntimeError("call reset() before step()")
-        actions = checked_action(actions, self.single_action_space, (self.num_envs,), bounds_hint=TARGET_HINT).numpy()
-        resetting = np.flatnonzero(self.needs_reset).tolist()
-        if resetting and self.autoreset_mode == AutoresetMode.DISABLED:
-            raise RuntimeError(f"envs {resetting} have ended their episodes: call reset()")
-        rngs = [rng_continuation(rng) for rng in self._rngs]
-        stepping = [i for i in range(self.num_envs) if i not in resetting]
-        tasks, frames, t = list(self.tasks), self.frames.copy(), self.t.copy()
+    def _prepare_resets(self, envs: list[int], rngs: list) -> dict:
+        """Autoreset: gym-pusht's reset with a seed drawn from the env's generator."""
+        seeds = {i: int(rngs[i].integers(SEED_RANGE[1])) for i in envs}
+        return {i: (PushTEpisode(seed, self.prompt), self._first_frame(seed)) for i, seed in seeds.items()}
+
+    def _prepare_step(self, actions: np.ndarray, stepping: list[int], rngs: list) -> PreparedStep:
         rewards = np.zeros(self.num_envs)
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
-        infos: dict = {}
-        self._start_episodes(resetting, rngs, tasks, frames, t)  # NEXT_STEP: the step after an episode's end
+        infos, pending = {}, {}
         if stepping:
-            imagined, trajectories = self._imagine(stepping, [tasks[i] for i in stepping], frames[stepping],
+            imagined, trajectories = self._imagine(stepping, [self.tasks[i] for i in stepping], self.frames[stepping],
                                                    model_actions(actions[stepping]), rngs)
             chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
             coverages = np.zeros((self.num_envs, self.chunk))
@@ -296,8 +291,8 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
                 played[i], rewards[i], terminated[i] = _play_out(coverages[i], self.threshold)
                 chunk_frames[i] = _padded(imagined[j], played[i])
                 coverages[i, played[i]:] = coverages[i, played[i] - 1]
-                frames[i], t[i] = chunk_frames[i, -1], t[i] + 1
-                truncated[i] = t[i] >= self.horizon and not terminated[i]
+                pending[i] = (chunk_frames[i, -1], self.t[i] + 1)
+                truncated[i] = pending[i][1] >= self.horizon and not terminated[i]
             mask = np.isin(np.arange(self.num_envs), stepping)
             column = object_column(size=self.num_envs)
             column[stepping] = trajectories
@@ -307,28 +302,19 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
                          coverage=coverages[:, -1].copy(), _coverage=mask.copy(), played=played,
                          _played=mask.copy(), trajectory=column, _trajectory=mask.copy(), log_prob_sum=log_prob,
                          _log_prob_sum=mask.copy(), success=terminated.copy(), _success=mask.copy())
-        infos.update(self._prompt_infos(tasks))
-        ended = terminated | truncated
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and ended.any():
-            final_info = split_final_info(infos, ended)
-            infos.update(final_obs=frames.copy(), _final_obs=ended.copy(), final_info=final_info,
-                         _final_info=ended.copy())
-            self._start_episodes(np.flatnonzero(ended), rngs, tasks, frames, t)
-            infos.update(self._prompt_infos(tasks))
-            ended[:] = False
-        with deferred_interrupts():
-            self._rngs, self.tasks, self.frames, self.t = rngs, tasks, frames, t
-            self.needs_reset = ended
-        return frames.copy(), rewards, terminated, truncated, infos
+        infos.update(self._prompt_infos(self.tasks))
+        ended = np.flatnonzero(terminated | truncated).tolist()
+        return PreparedStep(rewards, terminated, truncated, ended, infos, (pending, ended))
 
     def close(self, **kwargs):
         self.pusht.close()
         super().close(**kwargs)
 
 
-class Cosmos3PushTEnv(gym.Env):
+class Cosmos3PushTEnv(SingleEnvView):
     """``Cosmos3PushT-v0``: one env of :class:`Cosmos3PushTVectorEnv` (its docstring and the module's
-    have the details), with the spaces, rewards and episode ends of :class:`PushTTwinEnv`.
+    have the details), with the spaces, rewards and episode ends of :class:`PushTTwinEnv`; its step
+    info also says ``is_success`` (what SB3's callbacks read).
 
     ## Version History
     * v0: initial release.
@@ -337,37 +323,14 @@ class Cosmos3PushTEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(self, render_mode: str | None = None, **kwargs):
-        self.vector = Cosmos3PushTVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode, **kwargs)
-        self.render_mode = render_mode
-        self.observation_space = self.vector.single_observation_space
-        self.action_space = self.vector.single_action_space
-
-    @property
-    def model(self):
-        return self.vector.model
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        if seed is not None:
-            seed = checked_seed(seed)
-        super().reset(seed=seed)
-        if seed is None:  # the vector env draws from its own generators; seed it from ours
-            seed = int(self.np_random.integers(SEED_RANGE[1]))
-        obs, infos = self.vector.reset(seed=seed, options=options)
-        return obs[0], {"prompt": infos["prompt"][0], "seed": int(infos["seed"][0])}
+        super().__init__(Cosmos3PushTVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
+                                               **kwargs), render_mode, bounds_hint=TARGET_HINT)
 
     def step(self, action):
-        if self.vector.tasks[0] is None or self.vector.needs_reset[0]:
-            raise RuntimeError("call reset() before step() (and after an episode ends)")
-        action = checked_action(action, self.action_space, bounds_hint=TARGET_HINT).numpy()
-        obs, rewards, terminated, truncated, infos = self.vector.step(action[None])
-        info = {key: value[0] for key, value in infos.items() if not key.startswith("_")}
-        info["success"] = info["is_success"] = bool(info["success"])
-        info["coverage"], info["played"], info["seed"] = float(info["coverage"]), int(info["played"]), int(info["seed"])
-        return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), info
+        obs, reward, terminated, truncated, info = super().step(action)
+        info["is_success"] = info["success"]
+        return obs, reward, terminated, truncated, info
 
     def render(self):
         frames = self.vector.render()
         return None if frames is None else frames[0]
-
-    def close(self):
-        self.vector.close()
