@@ -1,5 +1,6 @@
 """The command line: input checks before any model loads, output paths, help, import cost, threads."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -13,6 +14,12 @@ from cosmos3_gym import cli
 from cosmos3_gym.model.threads import configure_threads
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Every Cosmos 3 env id; Cosmos3PushT-v0 where gym-pusht is installed (the [pusht] extra).
+COSMOS3_IDS = sorted(['Cosmos3ForwardDynamicsRollout-v0', 'Cosmos3InverseDynamicsRollout-v0', 'Cosmos3PolicyRollout-v0',
+                      'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0',
+                      'Cosmos3RolloutV2V-v0', 'Cosmos3World-v0']
+                     + (['Cosmos3PushT-v0'] if importlib.util.find_spec("gym_pusht") else []))
 
 
 @pytest.fixture
@@ -212,7 +219,7 @@ def test_import_is_light_and_help_imports_no_torch():
     code = ("import sys, gymnasium as gym, cosmos3_gym; print('torch' in sys.modules);"
             "print(sorted(i for i in gym.registry if i.startswith('Cosmos3')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT).stdout
-    assert out.split("\n")[:2] == ["False", "['Cosmos3ForwardDynamicsRollout-v0', 'Cosmos3InverseDynamicsRollout-v0', 'Cosmos3PolicyRollout-v0', 'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0', 'Cosmos3RolloutV2V-v0', 'Cosmos3World-v0']"]
+    assert out.split("\n")[:2] == ["False", str(COSMOS3_IDS)]
     script = Path(sys.executable).parent / "cosmos3-gym"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "cosmos3_gym.cli"]
     result = subprocess.run([*command, "--help"], capture_output=True, text=True, env={**os.environ})
