@@ -10,13 +10,23 @@ TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_PLAIN ?= torch==2.13.0
 PY := $(VENV)/bin/python
 
-$(VENV)/.installed: setup.cfg pyproject.toml
-	@echo "setting up $(VENV) (first run only: about a minute; pip is quiet meanwhile)"
+# The demo and the examples need the package and its [examples] extra; the test suite needs [dev]
+# (Ray, peft, jupyter pieces, gym-pusht: several hundred MB more), installed by `make test` only.
+$(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip || echo "pip upgrade failed; continuing with the venv's pip"
 	@if nvidia-smi -L >/dev/null 2>&1; then echo "NVIDIA GPU found: pip's default torch"; \
 	else $(PY) -m pip install -q "$(TORCH_CPU)" || $(PY) -m pip install -q "$(TORCH_PLAIN)" || \
 	  echo "neither $(TORCH_CPU) nor $(TORCH_PLAIN) resolved; torch comes from pip's default"; fi
+	touch $@
+
+$(VENV)/.installed-examples: $(VENV)/.created setup.cfg pyproject.toml
+	@echo "installing the package and its [examples] extra into $(VENV) (first run only: 1-3 minutes; pip is quiet meanwhile)"
+	$(PY) -m pip install -q -e ".[examples]"
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.created setup.cfg pyproject.toml
+	@echo "installing the package and its [dev] extra into $(VENV) (first run only: 2-4 minutes; pip is quiet meanwhile)"
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
@@ -27,7 +37,7 @@ TEST_WORKERS ?= 2
 
 .PHONY: demo test
 # --overwrite: a second `make demo` replaces out/demo.mp4 (the CLI refuses to by default).
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed-examples
 	$(VENV)/bin/cosmos3-gym demo --overwrite
 
 test: $(VENV)/.installed
