@@ -16,6 +16,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from ..model.interrupts import installing
 from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds
 from .presets import Preset, load_preset
 from .spaces import checked_options
@@ -111,7 +112,13 @@ class Cosmos3RayVectorEnv(VectorEnv):
     restored: all workers report the same ``weights_version``. ``reset``, ``step``, ``fork`` and
     ``set_state`` are all or nothing too: when one worker's part raises (a bad option for its
     envs, a reward function, Ctrl-C there), the workers that succeeded are put back, so the
-    vector env is as it was (each worker keeps one copy of its state per call for this). A worker
+    vector env is as it was (each worker keeps one copy of its state per call for this). A Ctrl-C
+    here while the workers run a call is held until every worker's part has finished (a worker's
+    part cannot be stopped half-way); then the parts that succeeded are undone the same way (the
+    weights restored) and ``KeyboardInterrupt`` says so: every env is where it was, retry the call.
+    A call that went to one worker only (``num_workers=1``, a fork into one worker's envs) keeps no
+    copy to undo: it takes effect, and the ``KeyboardInterrupt`` says that instead, as does one that
+    comes while the workers' results are being merged. A worker
     that died (killed, out of memory) turns the next call into a ``RuntimeError`` naming it and its envs.
 
     Defaults drawn by a worker (autoreset episodes' seeds and prompts; world scenes for
@@ -181,30 +188,45 @@ class Cosmos3RayVectorEnv(VectorEnv):
         return RuntimeError(f"{what}: Ray worker {w} (envs {self._slices[w][0]}-{self._slices[w][-1]}) died "
                             f"({type(error).__name__}); close() this env and build a new one")
 
+    @staticmethod
+    def _undone(what: str) -> KeyboardInterrupt:
+        return KeyboardInterrupt(f"{what}: Ctrl-C arrived while the Ray workers ran it; every worker's part has "
+                                 f"been undone, so the call did not take effect (retry it)")
+
     def _transact(self, what: str, calls: dict) -> list:
         """``{worker index: (method, args, kwargs)}`` run on those workers at once, all or nothing:
         if any raises (or died), the workers that succeeded are undone before the first error is
         raised, so the vector env is as it was. Costs each worker one copy of its state per call
-        (none when the call goes to one worker: its own failure already changes nothing)."""
+        (none when the call goes to one worker: its own failure already changes nothing).
+
+        A Ctrl-C is held from the first submission on: a worker's part runs to its end wherever
+        the driver is interrupted, so every worker's outcome is awaited, then the parts that
+        succeeded are undone too and ``KeyboardInterrupt`` raised (one worker's part, kept without
+        a copy, stands instead: the caller's section then says that the call took effect)."""
         import ray
         from ray.exceptions import RayActorError
 
         remember = len(calls) > 1
-        refs = {w: self._workers[w].call.remote(method, remember, *args, **kwargs)
-                for w, (method, args, kwargs) in calls.items()}
-        results, errors = {}, []
-        for w, ref in refs.items():
-            try:
-                results[w] = ray.get(ref)
-            except BaseException as error:  # noqa: BLE001  (raised below, once the others are undone)
-                errors.append((w, error))
-        if errors:
-            self._gather([self._workers[w].undo.remote() for w in results], f"{what} (undo)")
-            w, error = errors[0]
-            if isinstance(error, RayActorError):
-                raise self._died(w, what, error) from error
-            raise error
-        return [results[w] for w in sorted(results)]
+        with installing(what) as section:
+            section.hold()
+            refs = {w: self._workers[w].call.remote(method, remember, *args, **kwargs)
+                    for w, (method, args, kwargs) in calls.items()}
+            results, errors = {}, []
+            for w, ref in refs.items():
+                try:
+                    results[w] = ray.get(ref)
+                except BaseException as error:  # noqa: BLE001  (raised below, once the others are undone)
+                    errors.append((w, error))
+            interrupted = section.interrupted and remember
+            if errors or interrupted:
+                self._gather([self._workers[w].undo.remote() for w in results], f"{what} (undo)")
+                w, error = errors[0] if errors else (None, None)
+                if isinstance(error, RayActorError):
+                    raise self._died(w, what, error) from error
+                if interrupted:
+                    raise self._undone(what) from error
+                raise error
+            return [results[w] for w in sorted(results)]
 
     def _split(self, value, name: str) -> list:
         """A per-env list option as one slice per worker (a str or a per-group list goes whole)."""
@@ -262,10 +284,12 @@ class Cosmos3RayVectorEnv(VectorEnv):
                 parts = self._split(value, key)
             for w, part in enumerate(parts):
                 per_worker[w][key] = part
-        results = self._transact("reset", {w: ("reset", (), {"seed": [seeds[i] for i in s], "options": o or None})
-                                           for w, (s, o) in enumerate(zip(self._slices, per_worker))})
-        obs = {key: np.concatenate([r[0][key] for r in results]) for key in results[0][0]}
-        return obs, self._merge_infos([r[1] for r in results])
+        with installing("reset"):  # held from the workers' call to the return (see _transact)
+            results = self._transact("reset", {w: ("reset", (), {"seed": [seeds[i] for i in s],
+                                                                 "options": o or None})
+                                               for w, (s, o) in enumerate(zip(self._slices, per_worker))})
+            obs = {key: np.concatenate([r[0][key] for r in results]) for key in results[0][0]}
+            return obs, self._merge_infos([r[1] for r in results])
 
     def step(self, actions):
         if isinstance(actions, torch.Tensor):
@@ -274,11 +298,12 @@ class Cosmos3RayVectorEnv(VectorEnv):
         if actions.shape != (self.num_envs, *self.single_action_space.shape):
             raise ValueError(f"actions have shape {actions.shape}; expected "
                              f"{(self.num_envs, *self.single_action_space.shape)}")
-        results = self._transact("step", {w: ("step", (actions[s[0]:s[-1] + 1],), {})
-                                          for w, s in enumerate(self._slices)})
-        obs = {key: np.concatenate([r[0][key] for r in results]) for key in results[0][0]}
-        rewards, terminated, truncated = (np.concatenate([r[k] for r in results]) for k in (1, 2, 3))
-        return obs, rewards, terminated, truncated, self._merge_infos([r[4] for r in results])
+        with installing("step"):  # held from the workers' call to the return (see _transact)
+            results = self._transact("step", {w: ("step", (actions[s[0]:s[-1] + 1],), {})
+                                              for w, s in enumerate(self._slices)})
+            obs = {key: np.concatenate([r[0][key] for r in results]) for key in results[0][0]}
+            rewards, terminated, truncated = (np.concatenate([r[k] for r in results]) for k in (1, 2, 3))
+            return obs, rewards, terminated, truncated, self._merge_infos([r[4] for r in results])
 
     def fork(self, src: int, dst: list[int], seeds: list[int | None] | None = None) -> list[int | None]:
         """:meth:`Cosmos3RolloutVectorEnv.fork` across workers: env ``src``'s episode is copied to
@@ -298,8 +323,9 @@ class Cosmos3RayVectorEnv(VectorEnv):
             local[0].append(d % per_worker)
             local[1].append(seed)
         self._gather([self._workers[w].check_episode.remote(episode) for w in targets], "fork (check)")
-        self._transact("fork", {w: ("import_episode", (episode, d, s), {}) for w, (d, s) in targets.items()})
-        return list(seeds)
+        with installing("fork"):
+            self._transact("fork", {w: ("import_episode", (episode, d, s), {}) for w, (d, s) in targets.items()})
+            return list(seeds)
 
     def episode_attribute(self, name: str) -> list:
         """``name`` (``prompt``, ``negative_prompt``, ``seed`` or ``step``) of every env's episode."""
@@ -312,7 +338,8 @@ class Cosmos3RayVectorEnv(VectorEnv):
     def set_state(self, state: list) -> None:
         if not isinstance(state, list) or len(state) != self.num_workers:
             raise ValueError(f"set_state expects the list get_state() returned ({self.num_workers} workers)")
-        self._transact("set_state", {w: ("set_state", (s,), {}) for w, s in enumerate(state)})
+        with installing("set_state"):
+            self._transact("set_state", {w: ("set_state", (s,), {}) for w, s in enumerate(state)})
 
     @property
     def weights_version(self) -> int:
@@ -333,15 +360,22 @@ class Cosmos3RayVectorEnv(VectorEnv):
             weights = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in weights.items()}
         ref = ray.put(weights)  # once, shared by every worker
         self._gather([w.check_weights.remote(ref) for w in self._workers], "update_weights (check)")
-        updated, versions = [], []
-        try:
-            for worker in self._workers:
-                versions.append(self._gather([worker.update_weights.remote(ref)], "update_weights")[0])
-                updated.append(worker)
-        except BaseException:
-            self._gather([worker.restore_weights.remote() for worker in updated], "update_weights (restore)")
-            raise
-        return versions[0]
+        # From the first load on, a Ctrl-C is held (as in _transact): the loads are awaited, then undone.
+        with installing("update_weights") as section:
+            section.hold()
+            updated, versions = [], []
+            try:
+                for worker in self._workers:
+                    if section.interrupted:
+                        raise self._undone("update_weights")
+                    versions.append(self._gather([worker.update_weights.remote(ref)], "update_weights")[0])
+                    updated.append(worker)
+                if section.interrupted:
+                    raise self._undone("update_weights")
+            except BaseException:
+                self._gather([worker.restore_weights.remote() for worker in updated], "update_weights (restore)")
+                raise
+            return versions[0]
 
     def close_extras(self, **kwargs) -> None:
         import ray

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from ..model.interrupts import installing
 from .presets import Preset
 from .spaces import checked_action
 from .vector_env import Cosmos3RolloutVectorEnv
@@ -114,8 +115,9 @@ class Cosmos3RolloutEnv(gym.Env):
     Every call validates first and changes the env last: a call that raises (bad input, a
     reward function or a forward that throws, Ctrl-C) leaves the episode exactly where it
     was, and the same step can be retried. Once a step is computed it is installed in one
-    section that a Ctrl-C cannot split; a Ctrl-C arriving in those microseconds is raised right
-    after it (the message says the step is installed). :meth:`get_state` / :meth:`set_state`
+    section that a Ctrl-C cannot split, which lasts until the call returns: a Ctrl-C arriving
+    between the install and the return is raised right after the section, and its message says
+    that the call took effect ("it is installed": do not repeat it). :meth:`get_state` / :meth:`set_state`
     snapshot and restore a whole episode (mid-episode too).
 
     ## Version History
@@ -163,20 +165,24 @@ class Cosmos3RolloutEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if options is not None and isinstance(options, dict) and "reset_mask" in options:
             raise ValueError("options['reset_mask'] is a vector-env option; a single env always resets its episode")
-        obs, infos = self.vector.reset(seed=seed, options=options)  # checks everything, then installs
-        super().reset(seed=None if seed is None else int(seed))  # Gymnasium's np_random, once the reset stands
-        episode = self.engine.episode(0)
-        info = {"prompt": episode.prompt, "seed": episode.seed, "sigmas": episode.sigmas.cpu().numpy().copy()}
-        return self._unbatched(obs), info
+        # The vector env checks everything, then installs: from there its section holds Ctrl-C until this
+        # one ends, so the reset's return value is built before a Ctrl-C can say that the reset took effect.
+        with installing("reset"):
+            obs, infos = self.vector.reset(seed=seed, options=options)
+            super().reset(seed=None if seed is None else int(seed))  # Gymnasium's np_random, once the reset stands
+            episode = self.engine.episode(0)
+            info = {"prompt": episode.prompt, "seed": episode.seed, "sigmas": episode.sigmas.cpu().numpy().copy()}
+            return self._unbatched(obs), info
 
     def step(self, action):
         if not self.vector._was_reset or self.vector._needs_reset[0]:
             raise RuntimeError("the episode is over (or reset() was never called): call env.reset() first")
         action = checked_action(action, self.action_space, device=self.engine.device)
         batched = {k: v.unsqueeze(0) for k, v in action.items()} if isinstance(action, dict) else action.unsqueeze(0)
-        obs, rewards, terminated, truncated, infos = self.vector.step(batched)
-        return self._unbatched(obs), float(rewards[0]), bool(terminated[0]), bool(truncated[0]), \
-            self._unbatched_info(infos)
+        with installing("step"):  # held from the vector env's install to this return (see reset)
+            obs, rewards, terminated, truncated, infos = self.vector.step(batched)
+            return self._unbatched(obs), float(rewards[0]), bool(terminated[0]), bool(truncated[0]), \
+                self._unbatched_info(infos)
 
     def get_state(self) -> dict:
         return self.vector.get_state()
@@ -186,7 +192,8 @@ class Cosmos3RolloutEnv(gym.Env):
 
     def update_weights(self, weights) -> int:
         """New transformer weights from a trainer; see :meth:`Cosmos3Model.update_weights`."""
-        return self.vector.update_weights(weights)
+        with installing("update_weights"):  # held from the model's copy to this return (see reset)
+            return self.vector.update_weights(weights)
 
     def render(self):
         if self.render_mode != "rgb_array":

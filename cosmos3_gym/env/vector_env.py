@@ -12,7 +12,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..rollout.engine import RolloutEngine
 from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds, rng_continuation
-from ..model.interrupts import deferred_interrupts
+from ..model.interrupts import deferred_interrupts, installing
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
@@ -218,11 +218,12 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         seeds, rng = reset_seeds(seed, self.num_envs, self._rng_copy())
         envs = np.flatnonzero(mask).tolist()
         episodes = self._prepare_episodes(rng, options, envs, seeds)
-        # Everything is checked: install.
+        # Everything is checked: install, and build the return value in the same section (a Ctrl-C
+        # during either says that the reset took effect; once it has, only the return remains).
         with deferred_interrupts():
             self.engine.commit(resets=dict(zip(envs, episodes)))
             self._rng = rng
-        return self._obs(), self._reset_infos(envs)
+            return self._obs(), self._reset_infos(envs)
 
     def _reset_infos(self, envs: list[int]) -> dict:
         """``seed`` and ``prompt`` of the episodes that ``envs`` have just begun, masked to them."""
@@ -370,7 +371,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         terminations = torch.zeros(n, dtype=torch.bool, device=self.device)
         infos: dict = {}
         transition, ended, same_step_resets = None, [], {}
-        with torch.no_grad():
+        with installing("step"), torch.no_grad():  # the install below holds Ctrl-C until no_grad is left too
             if stepping:
                 transition = self._prepare_step(actions, stepping)
                 ended = [s for s, d in zip(stepping, transition.done.tolist()) if d]
@@ -380,7 +381,15 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
                 infos.update(self._step_infos(transition))
             if ended and self.autoreset_mode == AutoresetMode.SAME_STEP:
                 same_step_resets = self._prepare_autoreset(ended, rng)
-            # Everything that can fail has run: install the step (and the resets) in one section.
+            if transition is not None:
+                terminations[ended] = True
+            truncations = torch.zeros(n, dtype=torch.bool, device=self.device)
+            if self.array_type == "numpy":
+                rewards, terminations, truncations = (rewards.cpu().numpy().astype(np.float64),
+                                                      terminations.cpu().numpy(), truncations.cpu().numpy())
+            # Everything that can fail has run: install the step (and the resets) in one section, which
+            # also builds the return value (a Ctrl-C in it says that the step took effect; once it has,
+            # only the return remains).
             with deferred_interrupts():
                 self.engine.commit(transition, resets)
                 self._rng = rng
@@ -395,13 +404,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
                     obs = self._obs()
                     infos.update(self._reset_infos(ended))
                     infos.update(final_obs=final_obs, _final_obs=done, final_info=final_info, _final_info=done.copy())
-        if transition is not None:
-            terminations[ended] = True
-        truncations = torch.zeros(n, dtype=torch.bool, device=self.device)
-        if self.array_type == "numpy":
-            return obs, rewards.cpu().numpy().astype(np.float64), terminations.cpu().numpy(), \
-                truncations.cpu().numpy(), infos
-        return obs, rewards, terminations, truncations, infos
+                return obs, rewards, terminations, truncations, infos
 
     def _prepare_step(self, actions: torch.Tensor, stepping: list[int]):
         index = torch.tensor(stepping, device=self.device)

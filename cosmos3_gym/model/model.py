@@ -22,7 +22,7 @@ from .attention import install_processors
 from .checkpoint import check_checkpoint, component_config, load_component, naming_component, read_json
 from .conditions import ConditionEncoding
 from .diffusers_private import sound_hop_size
-from .interrupts import deferred_interrupts
+from .interrupts import installing
 from .packing import ATTENTION_BACKENDS, PackedRows, RowSpec
 from .tiny_model import TINY_CHECKPOINT
 from .weights import merged_lora_weights, staged_update
@@ -300,11 +300,13 @@ class Cosmos3Model(ConditionEncoding):
         ``weights_version`` increases by one; cached text keys/values of older versions are
         not used again.
         """
-        with self.exclusive("update_weights"):
+        # Once the copy begins, a Ctrl-C is held until the new version is returned (through the model's
+        # release too): it then says that the update took effect, never leaving a caller to apply it twice.
+        with installing("update_weights") as section, self.exclusive("update_weights"):
             updates = merged_lora_weights(weights, self.transformer) if _is_peft_model(weights) else weights
-            with deferred_interrupts():  # the weights and their version change together
-                staged_update(self.transformer, updates)
-                self.weights_version += 1
+            section.hold()  # the weights and their version change together
+            staged_update(self.transformer, updates)
+            self.weights_version += 1
             return self.weights_version
 
     def weights_fingerprint(self) -> tuple:

@@ -2,6 +2,9 @@
 env bit for bit, weight sync to every worker (all or nothing), a dead worker named."""
 
 import functools
+import os
+import signal
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -83,21 +86,97 @@ def test_a_call_failing_on_one_worker_changes_no_worker(local_ray):
 def test_weight_sync_reaches_every_worker_or_none(local_ray, tiny_model):
     venv = Cosmos3RayVectorEnv(4, "Cosmos3Rollout-v0", num_workers=2, num_steps=STEPS, reward="none", device="cpu")
     assert venv.weights_version == 0
+    latents_old = episode(venv)[0]
     state = {k: v.clone() for k, v in tiny_model.transformer.state_dict().items()}
     state["proj_out.bias"] = state["proj_out.bias"] + 0.05
     assert venv.update_weights(state) == 1 and venv.weights_version == 1
-    _, log_probs_new, infos, _ = episode(venv)
+    latents_new, _, infos, _ = episode(venv)
     assert (infos["weights_version"] == 1).all()
+    # The new weights act on every worker's envs: after the first step (the initial noise does not depend on
+    # the weights) each env's latents move. (A rollout's log-probs would not show it: the noise drawn is the
+    # same whatever the weights, so the log-prob of a step is too.)
+    moved = np.abs(latents_new[1:] - latents_old[1:]).reshape(STEPS, 4, -1).max(axis=2)
+    assert (moved > 1e-3).all(), moved
     bad = dict(state)
     bad["proj_out.bias"] = torch.full_like(state["proj_out.bias"], float("nan"))
     with pytest.raises(ValueError, match="proj_out.bias.*NaN"):
         venv.update_weights(bad)
     assert venv.weights_version == 1  # nobody loaded it
-    # The new weights act: a local env given the same update reproduces the workers' episode.
+    # A local env given the same update reproduces the workers' latents bit for bit (and the old ones without).
     local = gym.make_vec("Cosmos3Rollout-v0", num_envs=4, vectorization_mode="vector_entry_point", num_steps=STEPS,
                          reward="none", device="cpu")
+    np.testing.assert_array_equal(episode(local)[0], latents_old)
     local.unwrapped.update_weights(state)
-    np.testing.assert_array_equal(episode(local)[1], log_probs_new)
+    np.testing.assert_array_equal(episode(local)[0], latents_new)
+    np.testing.assert_array_equal(episode(venv)[0], latents_new)  # the failed update changed nothing
+    venv.close()
+
+
+def with_ctrl_c(call, delay: float) -> str:
+    """``call()`` with a real SIGINT sent to this process ``delay`` seconds after it starts: "returned",
+    the KeyboardInterrupt's message, or "bare" (a message-less one, from before the call changed
+    anything or after it returned)."""
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+    returned = False
+    try:
+        timer.start()
+        call()
+        returned = True
+        timer.join()  # a Ctrl-C after the call returned comes here
+    except KeyboardInterrupt as error:
+        if not returned:
+            return str(error) or "bare"
+    finally:
+        timer.join()
+    return "returned"
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_call_leaves_every_worker_at_the_same_step(local_ray, tiny_model):
+    """A Ctrl-C while the workers step (reset, load weights) is held until every worker's part has
+    finished, then every part is undone: all envs are at the same step (all workers at the same
+    weights_version), and the episode goes on to the latents of a run that was never interrupted."""
+    venv = Cosmos3RayVectorEnv(4, "Cosmos3Rollout-v0", num_workers=2, num_steps=STEPS, reward="none", device="cpu")
+    actions = np.tile(venv.default_action, (4, 1))
+
+    def finish():  # the rest of the episode; its last latents
+        while True:
+            obs, _, terminated, _, _ = venv.step(actions)
+            if terminated.any():
+                assert terminated.all()
+                return obs
+            assert len(set(venv.episode_attribute("step"))) == 1
+
+    venv.reset(seed=5)
+    venv.step(actions)
+    expected = finish()["latent"]
+    outcomes = []
+    for delay in (0.0, 0.005, 0.02, 0.05, 0.002, 0.01):
+        venv.reset(seed=5)
+        venv.step(actions)
+        outcome = with_ctrl_c(lambda: venv.step(actions), delay)
+        outcomes.append(outcome)
+        steps = venv.episode_attribute("step")
+        assert len(set(steps)) == 1, (delay, outcome, steps)
+        if "undone" in outcome:
+            assert steps == [1] * 4
+        elif outcome == "returned" or "it is installed" in outcome:
+            assert steps == [2] * 4
+        np.testing.assert_array_equal(finish()["latent"], expected)
+    assert any("undone" in outcome for outcome in outcomes), outcomes  # the interrupts did land in the wait
+    for delay in (0.0, 0.005, 0.02):
+        outcome = with_ctrl_c(lambda: venv.reset(seed=9), delay)
+        seeds = venv.episode_attribute("seed")
+        assert seeds in ([5, 6, 7, 8], [9, 10, 11, 12]), (delay, outcome, seeds)
+        assert seeds == [5, 6, 7, 8] or "undone" not in outcome
+        venv.reset(seed=5)
+    weights = {k: v + 0.01 for k, v in tiny_model.transformer.state_dict().items()}
+    for delay in (0.0, 0.005, 0.02):
+        outcome = with_ctrl_c(lambda: venv.update_weights(weights), delay)
+        version = venv.weights_version  # raises if the workers disagree
+        assert version in (0, 1) and (version == 0 or "undone" not in outcome), (delay, outcome)
+        if version == 1:
+            break
     venv.close()
 
 

@@ -5,7 +5,10 @@ Ctrl-C) and checks that the env's whole state is unchanged and that the episode 
 to the same result as a run that never failed.
 """
 
+import contextlib
 import copy
+import signal
+import sys
 import threading
 
 import gymnasium as gym
@@ -14,6 +17,7 @@ import pytest
 import torch
 
 from conftest import run_episode
+from cosmos3_gym.model import interrupts
 from cosmos3_gym.model.model import Cosmos3Model
 
 
@@ -347,3 +351,169 @@ def test_a_failed_first_reset_leaves_gym_make_envs_usable(make_env):
     env.reset(seed=0)
     _, _, _, _, info = env.step(env.unwrapped.default_action)
     assert np.isfinite(info["log_prob"])
+
+
+class CtrlCAt:
+    """A ``sys.setprofile`` hook that sends a real SIGINT (Ctrl-C) at the ``at``-th call site
+    (a function, Python or C, called from a given function; each site counted at its first call)
+    that a call reaches after its install (``install``: the engine's ``commit``, the model's
+    ``staged_update``) has returned, or (``after=False``) before the install begins (or a section
+    begins to hold Ctrl-C for it). Calls made by the interrupt section itself are not counted:
+    its exit's few bytecodes after SIGINT gets its handler back, like the return itself, are a
+    window no Python code can close."""
+
+    def __init__(self, at: int, after: bool = True):
+        self.at, self.after = at, after
+        self.count, self.fired, self.started, self.done, self.seen = 0, False, False, False, set()
+
+    def run(self, call, install: tuple):
+        owner, name = install
+        original = getattr(owner, name)
+
+        def installing(*args, **kwargs):
+            self.started = True
+            result = original(*args, **kwargs)
+            if self.after:
+                sys.setprofile(self)  # from here on (profiling the whole call would take minutes)
+            return result
+
+        self.target = call.__code__
+        setattr(owner, name, installing)
+        if not self.after:
+            sys.setprofile(self)
+        try:
+            return call()
+        finally:
+            sys.setprofile(None)
+            setattr(owner, name, original)
+
+    @staticmethod
+    def section(frame) -> bool:
+        """Whether ``frame`` runs the interrupt section's own code (or contextlib's, for it)."""
+        if frame is None or frame.f_code.co_filename not in (interrupts.__file__, contextlib.__file__):
+            return False
+        gen = getattr(frame.f_locals.get("self"), "gen", None)
+        return frame.f_code.co_filename == interrupts.__file__ or getattr(
+            getattr(gen, "gi_code", None), "co_filename", None) == interrupts.__file__
+
+    def __call__(self, frame, event, arg):
+        code = frame.f_code
+        if event == "return":
+            self.done |= code is self.target  # the call's own return: the caller's business
+            return
+        if self.done or self.fired or event not in ("call", "c_call"):
+            return
+        if not self.after and signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            self.started = True  # a section holds Ctrl-C from here: the install is about to begin
+        caller = frame if event == "c_call" else frame.f_back
+        if self.section(frame) or self.section(caller) or (not self.after and self.started):
+            return
+        site = (caller.f_code, arg if event == "c_call" else code)
+        if site not in self.seen:
+            self.seen.add(site)
+            if self.count == self.at:
+                self.fired = True
+                signal.raise_signal(signal.SIGINT)
+            self.count += 1
+
+
+def ctrl_c_cases():
+    """(make, call, snapshot, restore, install) for each call that installs something."""
+    from cosmos3_gym.model import model
+    from cosmos3_gym.rollout.engine import RolloutEngine
+
+    commit = (RolloutEngine, "commit")
+    actions = lambda env: np.tile(env.default_action, (env.num_envs, 1))  # noqa: E731
+
+    def vector(**kwargs):
+        venv = make_vec(2, reward="none", **kwargs).unwrapped
+        venv.reset(seed=1)
+        venv.step(actions(venv))
+        return venv
+
+    def single():
+        env = gym.make("Cosmos3Rollout-v0", num_steps=3, reward="none")
+        env.reset(seed=1)
+        env.step(env.unwrapped.default_action)
+        return env
+
+    def weights_of(env):
+        return {k: v + 0.01 for k, v in env.unwrapped.model.transformer.state_dict().items()}
+
+    state = (lambda env: env.unwrapped.get_state(), lambda env, s: env.unwrapped.set_state(s))
+
+    def model_state(env):
+        model = env.unwrapped.model
+        return {k: v.clone() for k, v in model.transformer.state_dict().items()}, model.weights_version
+
+    def set_model_state(env, saved):
+        model = env.unwrapped.model
+        model.transformer.load_state_dict(saved[0])
+        model.weights_version = saved[1]
+
+    weights = (model_state, set_model_state)
+    staged = (model, "staged_update")
+    return {
+        "vector step": (lambda: vector(num_steps=3), lambda env: env.step(actions(env)), *state, commit),
+        "vector last step, same-step autoreset": (lambda: vector(num_steps=2, autoreset_mode="SameStep"),
+                                                  lambda env: env.step(actions(env)), *state, commit),
+        "vector reset": (vector, lambda env: env.reset(seed=9), *state, commit),
+        "single step": (single, lambda env: env.step(env.unwrapped.default_action), *state, commit),
+        "single reset": (single, lambda env: env.reset(seed=9), *state, commit),
+        "single update_weights": (single, lambda env: env.unwrapped.update_weights(weights_of(env)), *weights,
+                                  staged),
+        "model update_weights": (single, lambda env: env.unwrapped.model.update_weights(weights_of(env)), *weights,
+                                 staged),
+    }
+
+
+def same_snapshot(a, b) -> bool:
+    if isinstance(a, dict) and "engine" in a:
+        return same_state(a, b)
+    return a[1] == b[1] and all(torch.equal(a[0][k], b[0][k]) for k in a[0])
+
+
+@pytest.mark.parametrize("case", list(ctrl_c_cases()))
+def test_a_ctrl_c_after_the_install_never_hides_that_the_call_took_effect(case):
+    """A real SIGINT at the function calls made between a call's install and its return (every
+    one of the last 15, and 30 spread over the rest): the call either returns its result, or
+    raises a KeyboardInterrupt that says it took effect; either way the env (or the model) is
+    exactly one call ahead, so the caller never repeats it. A SIGINT before the install (at 10
+    points of the call's computation) leaves everything as it was."""
+    make, call, snapshot, restore, install = ctrl_c_cases()[case]
+    env = make()
+    before = snapshot(env)
+
+    def sites(after: bool) -> int:
+        restore(env, before)
+        counter = CtrlCAt(10**9, after)
+        counter.run(lambda: call(env), install)
+        return counter.count
+
+    count = sites(after=True)  # a call without interrupt: what the env (or the model) is after it
+    after = snapshot(env)
+    assert not same_snapshot(before, after)
+    outcomes = set()
+    for at in sorted(set(range(0, count, max(1, count // 30))) | set(range(max(0, count - 15), count))):
+        restore(env, before)
+        ctrl_c = CtrlCAt(at)
+        try:
+            ctrl_c.run(lambda: call(env), install)
+            outcomes.add("returned")
+        except KeyboardInterrupt as error:
+            assert "it is installed" in str(error), (at, str(error))  # ...: the call took effect
+            outcomes.add("took effect")
+        assert ctrl_c.fired and same_snapshot(snapshot(env), after), at
+    assert count >= 5 and outcomes <= {"returned", "took effect"} and "took effect" in outcomes
+    count = sites(after=False)
+    for at in range(0, count, max(1, count // 10)):
+        restore(env, before)
+        ctrl_c = CtrlCAt(at, after=False)
+        with pytest.raises(KeyboardInterrupt) as error:
+            ctrl_c.run(lambda: call(env), install)
+        assert ctrl_c.fired and "it is installed" not in str(error.value)
+        assert same_snapshot(snapshot(env), before), at
+    restore(env, before)
+    call(env)
+    assert same_snapshot(snapshot(env), after)  # and nothing was left behind (no held SIGINT, no lock)
+    env.close()
