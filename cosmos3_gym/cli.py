@@ -208,6 +208,13 @@ def check(args) -> int:
     return 1 if failures else 0
 
 
+def world_eval(argv: list[str]) -> int:
+    from . import world_eval as harness
+
+    harness.main(argv)
+    return 0
+
+
 def bench(args) -> int:
     from . import bench as benchmarks
 
@@ -432,6 +439,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "Cosmos 3 checkpoint, such as the --out of python -m cosmos3_gym.train.world_model (default: the "
                    "preset's, the embedded model)")
     p.set_defaults(func=evaluate)
+
+    p = sub.add_parser("world-eval", add_help=False, help="score Cosmos3World-v0 against ProceduralWorld-v0 "
+                       "(action sensitivity, policy ranking, exploit rate); `world-eval --help` lists its flags",
+                       description="How far can the dream be trusted? See `cosmos3-gym world-eval --help`.")
+    p.set_defaults(func=world_eval)  # main() hands the flags to cosmos3_gym.world_eval's own parser
     parser.commands = sub.choices
     return parser
 
@@ -440,6 +452,9 @@ def main(argv=None) -> int:
     """Parse, check every input and output path (exit 2 on a bad one), set torch's threads, run the command."""
     from .model.threads import configure_threads
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["world-eval"]:  # its flags are a dataclass's (cosmos3_gym.world_eval.WorldEvalArgs)
+        return world_eval(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     command_parser = parser.commands[args.command]  # its errors start "cosmos3-gym demo: error:"

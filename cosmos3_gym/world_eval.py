@@ -1,7 +1,7 @@
 """How far can the dream be trusted? ``Cosmos3World-v0`` scored against ``ProceduralWorld-v0``.
 
-    python benchmarks/world_eval.py --out out/world_eval   # world_eval.json, .md, .png there
-    python benchmarks/world_eval.py --num-steps 4 --episodes 4   # a quicker look
+    cosmos3-gym world-eval --out out/world_eval   # world_eval.json, .md, .png there
+    cosmos3-gym world-eval --num-steps 4 --episodes 4   # a quicker look
 
 For each number of denoising steps per imagined chunk (``--num-steps``, comma-separated; 8 is
 ``Cosmos3World-v0``'s default), :func:`cosmos3_gym.world.harness.evaluate_world` runs the imagined
@@ -23,10 +23,9 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.model.model import Cosmos3Model, check_checkpoint
-from cosmos3_gym.train.args import parse_args, require_at_least
-from cosmos3_gym.world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
+from .model.model import Cosmos3Model, check_checkpoint
+from .train.args import parse_args, require_at_least
+from .world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
 
 
 @dataclass
@@ -56,7 +55,7 @@ class WorldEvalArgs:
 
 
 def main(argv=None) -> dict:
-    args = parse_args(WorldEvalArgs, argv, __doc__)
+    args = parse_args(WorldEvalArgs, argv, __doc__, prog="cosmos3-gym world-eval")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     goal = args.goal or None
@@ -73,7 +72,7 @@ def main(argv=None) -> dict:
         print(f"{label}: {json.dumps(key_numbers(records[label]))}", flush=True)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
     goal_flag = f" --goal {args.goal!r}" if args.goal else ""
-    header = (f"# python benchmarks/world_eval.py --episodes {args.episodes} --num-steps {args.num_steps} "
+    header = (f"# cosmos3-gym world-eval --episodes {args.episodes} --num-steps {args.num_steps} "
               f"--noise-levels {args.noise_levels} --seed {args.seed}{goal_flag}"
               f" --device {args.device}; {platform.machine()}, torch {torch.__version__}, "
               f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")

@@ -200,7 +200,7 @@ def test_configure_threads(monkeypatch, keep_threads):
 
 def test_every_flag_has_help_and_env_choices_are_the_presets():
     parser = cli.build_parser()
-    assert set(parser.commands) == {"demo", "rollout", "check", "bench", "evaluate"}
+    assert set(parser.commands) == {"demo", "rollout", "check", "bench", "evaluate", "world-eval"}
     assert "evaluate" in parser.format_help() and "evaluate" in parser.description
     for name, command in parser.commands.items():
         for action in command._actions:
@@ -282,3 +282,28 @@ def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_f
         assert [line.split()[-1] for line in lines if line.startswith(world)] == ["ok", "ok"]
     noise_sb3 = [line for line in lines if " noise " in line and " sb3 " in line]
     assert len(noise_sb3) == 1 and "take no Dict action space" in noise_sb3[0] and not noise_sb3[0].endswith(" ok")
+
+
+def test_world_eval_takes_its_own_flags(capsys, keep_threads):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["world-eval", "--help"])
+    assert exit_.value.code == 0 and "usage: cosmos3-gym world-eval" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["world-eval", "--episodes", "1"])
+    assert exit_.value.code == 2 and "--episodes 1 is too small; use 2 or more" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_world_eval_writes_its_record_table_and_figure(tmp_path, monkeypatch, keep_threads):
+    import json
+
+    from cosmos3_gym import world_eval
+
+    policies = world_eval.scripted_policies
+    monkeypatch.setattr(world_eval, "scripted_policies",
+                        lambda **kw: {k: v for k, v in policies(**kw).items() if k in ("greedy", "away")})
+    assert cli.main(["world-eval", "--episodes", "2", "--num-steps", "1", "--noise-levels", "0",
+                     "--out", str(tmp_path), "--no-progress", "--device", "cpu"]) == 0
+    record = json.loads((tmp_path / "world_eval.json").read_text())
+    assert (tmp_path / "world_eval.md").read_text().count("| greedy |") == 1
+    assert (tmp_path / "world_eval.png").read_bytes()[:4] == b"\x89PNG" and record

@@ -17,7 +17,7 @@ from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
 from ..rollout.streams import LOG_PROB_INFO, OBS_KEYS
-from ..rollout.tasks import checked_domain
+from ..model.tasks import checked_domain
 from .infos import object_column, split_final_info
 
 OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")

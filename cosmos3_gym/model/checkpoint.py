@@ -271,7 +271,9 @@ def check_checkpoint(path: str | Path) -> Path:
     path = Path(path).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"checkpoint={str(path)!r} is not a directory; pass a local diffusers-layout "
-                                f"Cosmos 3 checkpoint (with {', '.join(COMPONENTS)}) or omit it for the embedded model")
+                                f"Cosmos 3 checkpoint (the folder of its model_index.json, with "
+                                f"{', '.join(name for name in COMPONENTS if name != 'sound_tokenizer')}, and "
+                                f"sound_tokenizer for sound) or omit it for the embedded model")
     for name in ("transformer", "vae") + (("sound_tokenizer",) if (path / "sound_tokenizer").is_dir() else ()):
         _check_weights(path, name)
         check_config_fits_weights(path, name, component_config(path, name))

@@ -99,7 +99,8 @@ class Cosmos3Model(ConditionEncoding):
             self.sound_tokenizer.requires_grad_(False).eval()
         self.weights_version = 0
         self._conditions: OrderedDict = OrderedDict()  # encoded conditions by input digest (LRU)
-        self._owner: int | None = None  # the thread inside a forward or an update
+        self._owner: int | None = None  # the thread inside a forward, an encode, a decode or an update
+        self._depth = 0  # how deeply that thread's calls nest
         self._guard = threading.Lock()
 
     @classmethod
@@ -218,11 +219,11 @@ class Cosmos3Model(ConditionEncoding):
         return PackedRows(rows, self.transformer.config, self.temporal_compression, self.device, self.attention)
 
     def __getstate__(self):  # copy.deepcopy: a copy gets its own guard, and no owner
-        return {k: v for k, v in self.__dict__.items() if k not in ("_guard", "_owner")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_guard", "_owner", "_depth")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._owner, self._guard = None, threading.Lock()
+        self._owner, self._depth, self._guard = None, 0, threading.Lock()
 
     @contextmanager
     def exclusive(self, what: str):
@@ -239,13 +240,14 @@ class Cosmos3Model(ConditionEncoding):
             if self._owner not in (None, me):
                 raise RuntimeError(f"{what}: this Cosmos3Model is in use by another thread; an engine (and the model "
                                    f"it shares) is used from one thread at a time: give each thread its own model")
-            outermost = self._owner is None
-            # Same thread: a call that an exception (or Ctrl-C) cut short never blocks the next one.
-            self._owner = me
+            # Same thread: only the nesting depth counts, so an owner left behind by a call cut short
+            # never blocks the next one.
+            self._owner, self._depth = me, self._depth + 1
         try:
             yield
         finally:
-            if outermost:
+            self._depth -= 1
+            if not self._depth:
                 self._owner = None
 
     @torch.no_grad()

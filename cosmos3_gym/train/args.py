@@ -26,7 +26,7 @@ def field_comments(cls) -> dict[str, str]:
     return comments
 
 
-def parse_args(cls, argv=None, description: str | None = None):
+def parse_args(cls, argv=None, description: str | None = None, prog: str | None = None):
     """An instance of dataclass ``cls`` with each field settable as ``--field-name``.
 
     Also applies the package's thread policy (:func:`cosmos3_gym.model.threads.configure_threads`:
@@ -34,7 +34,8 @@ def parse_args(cls, argv=None, description: str | None = None):
     from ..model.threads import configure_threads
 
     configure_threads()
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     comments = field_comments(cls)
     for field in dataclasses.fields(cls):
         flag = f"--{field.name.replace('_', '-')}"

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .args import parse_args, require_at_least
-from ..model.model import Cosmos3Model, load_component
+from ..model.model import Cosmos3Model, checked_device, load_component
 from ..model.diffusers_private import crop_action_latent, encode_video
 from ..model.packing import RowSpec, to_device
 from ..model.tasks import ROBOT_TASKS, Task, checked_domain
@@ -85,6 +85,7 @@ class TrainArgs:
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
+        checked_device(self.device, name="--device", cpu_hint="--device cpu")
         if self.vae_canvas_batch and 0 < self.vae_steps < self.vae_canvas_every:
             raise ValueError(f"--vae-canvas-every {self.vae_canvas_every} is more than --vae-steps {self.vae_steps}: "
                              f"the canvas term would come at step 0 alone; use at most {self.vae_steps}, or "
