@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from ..model.interrupts import deferred_interrupts
+from ..model.interrupts import deferred_interrupts, installing
 from .infos import split_final_info
 
 
@@ -61,7 +62,7 @@ class AutoresetVectorEnv(VectorEnv):
     * ``_prepare_resets(envs, rng)``: the new episodes of ``envs``, not installed;
     * ``_prepare_step(actions, envs, rng)``: a :class:`PreparedStep` of ``envs``;
     * ``_install(step_pending, resets, rng)``: install a step's pending state and/or resets
-      (called inside a section a Ctrl-C cannot split, so it must only assign);
+      (called inside a section a Ctrl-C cannot split, so it must only assign and must not fail);
     * ``_observations()``: the batched observation of the installed state;
     * ``_reset_infos(envs)``: the infos of episodes that ``envs`` have just begun;
     * ``_ended_infos(envs)``: infos read after install for the envs whose episodes ended
@@ -79,33 +80,37 @@ class AutoresetVectorEnv(VectorEnv):
     def step(self, actions):
         if not self._started:
             raise RuntimeError("call reset() before step()")
-        # 1. Check the actions and whether the ended envs may be reset here.
-        actions = self._checked_actions(actions)
-        resetting = np.flatnonzero(self._needs_reset).tolist()
-        if resetting and self.autoreset_mode != AutoresetMode.NEXT_STEP:
-            raise RuntimeError(f"envs {resetting} have ended their episodes: call reset() "
-                               f"(autoreset_mode={self.autoreset_mode.value})")
-        # 2. Compute, changing nothing: NEXT_STEP's resets, the step, SAME_STEP's resets.
-        rng = self._rng_continuation()
-        resets = self._prepare_resets(resetting, rng) if resetting else None
-        stepping = [i for i in range(self.num_envs) if i not in resetting]
-        step = self._prepare_step(actions, stepping, rng)
-        ended = list(step.ended)
-        same_step = self._prepare_resets(ended, rng) if ended and self.autoreset_mode == AutoresetMode.SAME_STEP \
-            else None
-        # 3. Install everything in one section a Ctrl-C cannot split, then read the outputs.
-        with deferred_interrupts():
-            self._install(step.pending, resets, rng)
-            infos = step.infos
-            infos.update(self._ended_infos(ended) if ended else {})
-            if resetting:
-                infos.update(self._reset_infos(resetting))
-            obs = self._observations()
-            if same_step is not None:
-                done = self._mask(ended)
-                final_obs, final_info = obs, split_final_info(infos, done)
-                self._install(None, same_step, rng)
+        # A Ctrl-C before the install below changes nothing; one during it or after it is raised once the
+        # result is returned, saying that the step took effect (cosmos3_gym.model.interrupts.installing).
+        with installing("step"), torch.no_grad():
+            # 1. Check the actions and whether the ended envs may be reset here.
+            actions = self._checked_actions(actions)
+            resetting = np.flatnonzero(self._needs_reset).tolist()
+            if resetting and self.autoreset_mode != AutoresetMode.NEXT_STEP:
+                raise RuntimeError(f"envs {resetting} have ended their episodes: call reset() "
+                                   f"(autoreset_mode={self.autoreset_mode.value})")
+            # 2. Compute, changing nothing: NEXT_STEP's resets, the step, SAME_STEP's resets.
+            rng = self._rng_continuation()
+            resets = self._prepare_resets(resetting, rng) if resetting else None
+            stepping = [i for i in range(self.num_envs) if i not in resetting]
+            step = self._prepare_step(actions, stepping, rng)
+            ended = list(step.ended)
+            same_step = self._prepare_resets(ended, rng) if ended and self.autoreset_mode == AutoresetMode.SAME_STEP \
+                else None
+            # 3. Install everything in one section a Ctrl-C cannot split, and build the return value in it.
+            with deferred_interrupts():
+                self._install(step.pending, resets, rng)
+                infos = step.infos
+                infos.update(self._ended_infos(ended) if ended else {})
+                if resetting:
+                    infos.update(self._reset_infos(resetting))
                 obs = self._observations()
-                infos.update(self._reset_infos(ended))
-                infos.update(final_obs=final_obs, _final_obs=done, final_info=final_info, _final_info=done.copy())
-        return obs, step.rewards, step.terminated, step.truncated, infos
+                if same_step is not None:
+                    done = self._mask(ended)
+                    final_obs, final_info = obs, split_final_info(infos, done)
+                    self._install(None, same_step, rng)
+                    obs = self._observations()
+                    infos.update(self._reset_infos(ended))
+                    infos.update(final_obs=final_obs, _final_obs=done, final_info=final_info,
+                                 _final_info=done.copy())
+                return obs, step.rewards, step.terminated, step.truncated, infos

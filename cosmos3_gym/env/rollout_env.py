@@ -6,17 +6,16 @@ env: construction, checks, seeding, prompts, stepping, rewards and weights live 
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ..model.interrupts import installing
 from .presets import Preset
-from .spaces import checked_action
+from .single_view import SingleEnvView
 from .vector_env import Cosmos3RolloutVectorEnv
 
 
-class Cosmos3RolloutEnv(gym.Env):
+class Cosmos3RolloutEnv(SingleEnvView):
     """Denoise one Cosmos 3 video (or image), one SDE step per env step.
 
     ## Description
@@ -131,58 +130,18 @@ class Cosmos3RolloutEnv(gym.Env):
     def __init__(self, preset: str | Preset = "Cosmos3Rollout-v0", render_mode: str | None = None, **kwargs):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
-        self.vector = Cosmos3RolloutVectorEnv(1, preset, autoreset_mode=AutoresetMode.DISABLED,
-                                              render_mode=render_mode, array_type="numpy", **kwargs)
-        self.render_mode = render_mode
+        super().__init__(Cosmos3RolloutVectorEnv(1, preset, autoreset_mode=AutoresetMode.DISABLED,
+                                                 render_mode=render_mode, array_type="numpy", **kwargs), render_mode)
         self.preset, self.engine = self.vector.preset, self.vector.engine
-        self.observation_space = self.vector.single_observation_space
-        self.action_space = self.vector.single_action_space
         self.default_action = self.vector.default_action
-
-    @property
-    def model(self):
-        return self.vector.model
 
     @property
     def weights_version(self) -> int:
         return self.vector.weights_version
 
-    @staticmethod
-    def _unbatched(obs: dict) -> dict:
-        return {key: value[0] for key, value in obs.items()}
-
-    @staticmethod
-    def _unbatched_info(infos: dict) -> dict:
-        """Env 0's entries of a vector info dict, as Python scalars where they are numbers."""
-        info = {}
-        for key, value in infos.items():
-            if key.startswith("_") or not infos.get(f"_{key}", np.ones(1, dtype=bool))[0]:
-                continue
-            item = value[0]
-            info[key] = item.item() if isinstance(item, np.generic) else item
-        return info
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        if options is not None and isinstance(options, dict) and "reset_mask" in options:
-            raise ValueError("options['reset_mask'] is a vector-env option; a single env always resets its episode")
-        # The vector env checks everything, then installs: from there its section holds Ctrl-C until this
-        # one ends, so the reset's return value is built before a Ctrl-C can say that the reset took effect.
-        with installing("reset"):
-            obs, infos = self.vector.reset(seed=seed, options=options)
-            super().reset(seed=None if seed is None else int(seed))  # Gymnasium's np_random, once the reset stands
-            episode = self.engine.episode(0)
-            info = {"prompt": episode.prompt, "seed": episode.seed, "sigmas": episode.sigmas.cpu().numpy().copy()}
-            return self._unbatched(obs), info
-
-    def step(self, action):
-        if not self.vector._was_reset or self.vector._needs_reset[0]:
-            raise RuntimeError("the episode is over (or reset() was never called): call env.reset() first")
-        action = checked_action(action, self.action_space, device=self.engine.device)
-        batched = {k: v.unsqueeze(0) for k, v in action.items()} if isinstance(action, dict) else action.unsqueeze(0)
-        with installing("step"):  # held from the vector env's install to this return (see reset)
-            obs, rewards, terminated, truncated, infos = self.vector.step(batched)
-            return self._unbatched(obs), float(rewards[0]), bool(terminated[0]), bool(truncated[0]), \
-                self._unbatched_info(infos)
+    def _reset_info(self, infos: dict) -> dict:
+        episode = self.engine.episode(0)
+        return {"prompt": episode.prompt, "seed": episode.seed, "sigmas": episode.sigmas.cpu().numpy().copy()}
 
     def get_state(self) -> dict:
         return self.vector.get_state()
@@ -192,7 +151,7 @@ class Cosmos3RolloutEnv(gym.Env):
 
     def update_weights(self, weights) -> int:
         """New transformer weights from a trainer; see :meth:`Cosmos3Model.update_weights`."""
-        with installing("update_weights"):  # held from the model's copy to this return (see reset)
+        with installing("update_weights"):  # held from the model's copy to this return
             return self.vector.update_weights(weights)
 
     def render(self):
@@ -200,7 +159,3 @@ class Cosmos3RolloutEnv(gym.Env):
             return None
         frames = self.engine.decode([0], x0=not self.vector._needs_reset[0])[0]  # [F, H, W, 3]
         return np.concatenate(list(frames), axis=1)
-
-    def close(self):
-        self.vector.close()
-        super().close()

@@ -66,8 +66,8 @@ class SingleEnvView(gym.Env):
     def step(self, action):
         if not self.vector._started or self.vector._needs_reset[0]:
             raise RuntimeError("the episode is over (or reset() was never called): call env.reset() first")
-        action = checked_action(action, self.action_space, device=getattr(self.vector, "device", "cpu"),
-                                bounds_hint=self._bounds_hint)
+        hint = {} if self._bounds_hint is None else {"bounds_hint": self._bounds_hint}
+        action = checked_action(action, self.action_space, device=getattr(self.vector, "device", "cpu"), **hint)
         batched = {k: v.unsqueeze(0) for k, v in action.items()} if isinstance(action, dict) else action.unsqueeze(0)
         with installing("step"):
             obs, rewards, terminated, truncated, infos = self.vector.step(batched)

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from ..model.interrupts import deferred_interrupts
+from ..model.tasks import checked_domain
 from ..rollout.engine import RolloutEngine
 from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds, rng_continuation
-from ..model.interrupts import deferred_interrupts, installing
+from ..rollout.streams import LOG_PROB_INFO, OBS_KEYS
+from .autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
+from .infos import object_column
 from .presets import Preset, load_preset
 from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
-from ..rollout.streams import LOG_PROB_INFO, OBS_KEYS
-from ..model.tasks import checked_domain
-from .infos import object_column, split_final_info
 
 OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")
 # The reset options each conditioning takes, and the dimensions of one env's value.
@@ -59,7 +60,7 @@ def nan_error(step: int) -> str:
     return f"the latent became NaN/Inf at step {step}; the episode ends here with reward 0"
 
 
-class Cosmos3RolloutVectorEnv(VectorEnv):
+class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
     """``num_envs`` episodes of a Cosmos 3 preset in one :class:`~cosmos3_gym.rollout.engine.RolloutEngine`.
 
     Each step packs the conditional and unconditional rows of every env into *one*
@@ -129,10 +130,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             raise ValueError(f"array_type={array_type!r} is not supported; choose one of {ARRAY_TYPES}")
         if reward_fn is not None and not callable(reward_fn):
             raise ValueError(f"reward_fn={reward_fn!r} is not callable; pass reward(frames, prompts) -> float32 [B]")
-        if autoreset_mode not in list(AutoresetMode) + [m.value for m in AutoresetMode]:
-            raise ValueError(f"autoreset_mode={autoreset_mode!r} is not supported; choose one of "
-                             f"{[m.value for m in AutoresetMode]} (or gymnasium.vector.AutoresetMode members)")
-        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.autoreset_mode = checked_autoreset_mode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         self.num_envs, self.group_size, self.render_mode, self.array_type = num_envs, group_size, render_mode, array_type
         self.reward_fn = reward_fn or REWARDS[self.preset.reward]
@@ -229,7 +227,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         """``seed`` and ``prompt`` of the episodes that ``envs`` have just begun, masked to them."""
         seeds = np.zeros(self.num_envs, dtype=np.int64)
         seeds[envs] = [self.engine.episode(i).seed for i in envs]
-        mask = self._masked(envs)
+        mask = self._mask(envs)
         return {"seed": seeds, "_seed": mask, "prompt": object_column(e.prompt for e in self.engine.episodes),
                 "_prompt": mask.copy()}
 
@@ -354,59 +352,52 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         seeds = draw_seeds(rng, len(envs))
         return dict(zip(envs, self._prepare_episodes(rng, {}, envs, dict(zip(envs, seeds)))))
 
-    # --- step -----------------------------------------------------------------------
-    def step(self, actions):
-        if not self._was_reset:
-            raise RuntimeError("call reset() before step()")
+    # --- step: the autoreset protocol's hooks (env/autoreset.py) ---------------------
+    @property
+    def _started(self) -> bool:
+        return self._was_reset
+
+    def _checked_actions(self, actions):
+        return checked_action(actions, self.single_action_space, (self.num_envs,), device=self.device)
+
+    def _rng_continuation(self) -> np.random.Generator:
+        return self._rng_copy()
+
+    def _prepare_resets(self, envs: list[int], rng: np.random.Generator) -> dict:
+        return self._prepare_autoreset(envs, rng)
+
+    def _prepare_step(self, actions, stepping: list[int], rng) -> PreparedStep:
+        """One denoising step of ``stepping`` (one batched forward), scored where an episode ends."""
         n = self.num_envs
-        actions = checked_action(actions, self.single_action_space, (n,), device=self.device)
-        resetting = np.flatnonzero(self._needs_reset).tolist()
-        if resetting and self.autoreset_mode != AutoresetMode.NEXT_STEP:
-            raise RuntimeError(f"envs {resetting} have ended their episodes: call reset() "
-                               f"(autoreset_mode={self.autoreset_mode.value})")
-        rng = self._rng_copy()
-        resets = self._prepare_autoreset(resetting, rng) if resetting else {}
-        stepping = [i for i in range(n) if i not in resetting]
         rewards = torch.zeros(n, device=self.device)
         terminations = torch.zeros(n, dtype=torch.bool, device=self.device)
         infos: dict = {}
-        transition, ended, same_step_resets = None, [], {}
-        with installing("step"), torch.no_grad():  # the install below holds Ctrl-C until no_grad is left too
-            if stepping:
-                transition = self._prepare_step(actions, stepping)
-                ended = [s for s, d in zip(stepping, transition.done.tolist()) if d]
-                if ended:
-                    rewards[ended], infos = self._score(ended, transition)
-                    infos.update(self._generated(ended, transition))
-                infos.update(self._step_infos(transition))
-            if ended and self.autoreset_mode == AutoresetMode.SAME_STEP:
-                same_step_resets = self._prepare_autoreset(ended, rng)
-            if transition is not None:
+        transition, ended = None, []
+        if stepping:
+            transition = self._prepare_transition(actions, stepping)
+            ended = [s for s, d in zip(stepping, transition.done.tolist()) if d]
+            if ended:
+                rewards[ended], infos = self._score(ended, transition)
+                infos.update(self._generated(ended, transition))
                 terminations[ended] = True
-            truncations = torch.zeros(n, dtype=torch.bool, device=self.device)
-            if self.array_type == "numpy":
-                rewards, terminations, truncations = (rewards.cpu().numpy().astype(np.float64),
-                                                      terminations.cpu().numpy(), truncations.cpu().numpy())
-            # Everything that can fail has run: install the step (and the resets) in one section, which
-            # also builds the return value (a Ctrl-C in it says that the step took effect; once it has,
-            # only the return remains).
-            with deferred_interrupts():
-                self.engine.commit(transition, resets)
-                self._rng = rng
-                if ended:
-                    infos.update(self._out_masked("trajectory", {i: self.engine.trajectory(i) for i in ended}))
-                if resets:  # NEXT_STEP: these envs began new episodes in this step
-                    infos.update(self._reset_infos(resetting))
-                obs = self._obs()
-                if same_step_resets:  # Gymnasium's layout: the ended envs' step infos go to final_info
-                    final_obs, final_info, done = obs, split_final_info(infos, self._masked(ended)), self._masked(ended)
-                    self.engine.commit(resets=same_step_resets)
-                    obs = self._obs()
-                    infos.update(self._reset_infos(ended))
-                    infos.update(final_obs=final_obs, _final_obs=done, final_info=final_info, _final_info=done.copy())
-                return obs, rewards, terminations, truncations, infos
+            infos.update(self._step_infos(transition))
+        truncations = torch.zeros(n, dtype=torch.bool, device=self.device)
+        if self.array_type == "numpy":
+            rewards, terminations, truncations = (rewards.cpu().numpy().astype(np.float64),
+                                                  terminations.cpu().numpy(), truncations.cpu().numpy())
+        return PreparedStep(rewards, terminations, truncations, ended, infos, transition)
 
-    def _prepare_step(self, actions: torch.Tensor, stepping: list[int]):
+    def _install(self, transition, resets: dict | None, rng: np.random.Generator) -> None:
+        self.engine.commit(transition, resets)
+        self._rng = rng
+
+    def _ended_infos(self, envs: list[int]) -> dict:
+        return self._out_masked("trajectory", {i: self.engine.trajectory(i) for i in envs})
+
+    def _observations(self) -> dict:
+        return self._obs()
+
+    def _prepare_transition(self, actions: torch.Tensor, stepping: list[int]):
         index = torch.tensor(stepping, device=self.device)
         if self.preset.action_mode == "noise":
             guidance = torch.full((len(stepping),), float(self.default_action[0]))
@@ -417,19 +408,16 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             guidance, noise_level, noise = actions[index, 0], actions[index, 1], None
         return self.engine.prepare_step(stepping, guidance, noise_level, noise)
 
-    def _masked(self, envs: list[int]) -> np.ndarray:
-        return np.isin(np.arange(self.num_envs), envs)
-
     def _out_masked(self, key: str, values: dict) -> dict:
         """``{key: object array with values at their envs, _key: mask}``."""
         column = object_column(size=self.num_envs)
         for env, value in values.items():
             column[env] = value
-        return {key: column, f"_{key}": self._masked(list(values))}
+        return {key: column, f"_{key}": self._mask(list(values))}
 
     def _step_infos(self, transition) -> dict:
         n, index = self.num_envs, torch.tensor(transition.slots, device=self.device)
-        mask = self._masked(transition.slots)
+        mask = self._mask(transition.slots)
         infos = {}
         for key, field in STEP_INFO:
             full = torch.full((n,), float("nan"), device=self.device)
@@ -456,7 +444,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
             error = object_column([""] * n)
             for i in errors:
                 error[i] = nan_error(self.engine.episode(i).step)
-            infos["error"], infos["_error"] = error, self._masked(errors)
+            infos["error"], infos["_error"] = error, self._mask(errors)
         rewards = torch.zeros(len(ended), device=self.device)
         scored = [i for i in ended if finite[i]]
         if self.reward_fn is None or not scored:
@@ -466,7 +454,7 @@ class Cosmos3RolloutVectorEnv(VectorEnv):
         rewards[[ended.index(i) for i in scored]] = torch.as_tensor(values, device=self.device)
         all_frames = np.zeros((n, *frames.shape[1:]), dtype=np.uint8)
         all_frames[scored] = frames
-        infos.update(frames=all_frames, _frames=self._masked(scored))
+        infos.update(frames=all_frames, _frames=self._mask(scored))
         return rewards, infos
 
     def _generated(self, ended: list[int], transition) -> dict:
