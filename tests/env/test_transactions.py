@@ -218,22 +218,32 @@ def test_restoring_a_mid_episode_state_of_a_vector_env():
 
 
 def test_a_model_used_from_two_threads_is_a_clear_error():
+    """Thread A holds the model (as in the middle of a forward) and steps its own env; meanwhile a
+    step and a weight update from this thread get the clear error, change nothing, and leave the
+    model to thread A, whose step then runs as if nothing had happened."""
     model = Cosmos3Model.embedded(device="cpu")
     a = gym.make("Cosmos3Rollout-v0", num_steps=2, model=model)
     b = gym.make("Cosmos3Rollout-v0", num_steps=2, model=model)
-    a.reset(seed=0)
-    b.reset(seed=0)
+    a.reset(seed=0, options={"prompt": "a red ball"})
+    b.reset(seed=0, options={"prompt": "a red ball"})  # the same episode as a's
     state = b.unwrapped.get_state()
-    held, release, errors = threading.Event(), threading.Event(), []
+    held, release, errors, stepped = threading.Event(), threading.Event(), [], []
 
-    def hold_the_model():  # thread A in the middle of a forward
-        with model.exclusive("thread A"):
-            held.set()
-            release.wait(10)
+    def thread_a():  # every failure here lands in errors: an exception in a thread fails no test by itself
+        try:
+            with model.exclusive("thread A"):
+                held.set()
+                if not release.wait(10):
+                    errors.append("thread A was never released")
+                if model._owner != threading.get_ident():
+                    errors.append(f"thread A lost the model to {model._owner} while it held it")
+                stepped.append(a.step(a.unwrapped.default_action))  # re-entrant within thread A
+        except BaseException as error:
+            errors.append(error)
 
-    thread = threading.Thread(target=hold_the_model)
+    thread = threading.Thread(target=thread_a)
     thread.start()
-    held.wait(10)
+    assert held.wait(10)
     try:
         with pytest.raises(RuntimeError, match="in use by another thread"):
             b.step(b.unwrapped.default_action)
@@ -242,10 +252,12 @@ def test_a_model_used_from_two_threads_is_a_clear_error():
     finally:
         release.set()
         thread.join()
-    assert same_state(state, b.unwrapped.get_state()) and model.weights_version == 0
-    assert not errors
-    b.step(b.unwrapped.default_action)
-    a.step(a.unwrapped.default_action)
+    assert not errors, errors
+    assert model._owner is None and model.weights_version == 0
+    assert same_state(state, b.unwrapped.get_state())
+    obs, _, _, _, info = b.step(b.unwrapped.default_action)  # b goes on from where it was, to where a went
+    np.testing.assert_array_equal(obs["latent"], stepped[0][0]["latent"])
+    assert info["log_prob"] == stepped[0][4]["log_prob"]
 
 
 def test_ctrl_c_while_a_step_is_installed_is_raised_after_it_and_never_wedges(monkeypatch):
