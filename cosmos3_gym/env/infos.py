@@ -4,10 +4,12 @@ Entries of Python objects (prompts, trajectories, messages) are numpy object arr
 entry per env, as in Gymnasium's vector envs. Gymnasium's array conversions
 (``NumpyToTorch``, ``ArrayConversion``) move every numpy array through DLPack, which carries
 numbers only, so an object or string array (in the infos, or as prompts in
-``reset(options=...)``) stopped them, and a plain string recursed without end. Importing
-this module (every vector env does) registers with Gymnasium's ``array_conversion`` that
-numpy arrays of objects or strings, and strings, pass unchanged; numeric arrays convert as
-before.
+``reset(options=...)``) stopped them, and a plain string recursed without end. The single
+env's infos hold the objects themselves (``info["trajectory"]`` is a
+:class:`~cosmos3_gym.rollout.trajectory.Trajectory`), which Gymnasium refused ("No known
+conversion"). Importing this module (every env does, single or vector) registers with
+Gymnasium's ``array_conversion`` that numpy arrays of objects or strings, strings and
+trajectories pass unchanged; numeric arrays convert as before.
 
 ``SAME_STEP`` autoreset: :func:`split_final_info` moves the ended envs' step infos into
 ``final_info``, as ``SyncVectorEnv`` does.
@@ -19,6 +21,8 @@ from typing import Any, Iterable
 
 import numpy as np
 import torch
+
+from ..rollout.trajectory import Trajectory
 
 
 def object_column(values: Iterable[Any] | None = None, size: int = 0) -> np.ndarray:
@@ -49,7 +53,7 @@ def _kept(value, xp, device=None):
 
 
 def _register_with_gymnasium() -> None:
-    """Let Gymnasium's array conversions keep arrays of objects or strings, and strings."""
+    """Let Gymnasium's array conversions keep arrays of objects or strings, strings and trajectories."""
     try:
         from gymnasium.wrappers.array_conversion import array_conversion
     except ImportError:  # without array-api-compat (gymnasium[torch]) there are no conversions to register with
@@ -63,6 +67,7 @@ def _register_with_gymnasium() -> None:
 
     array_conversion.register(np.ndarray)(numpy_array)
     array_conversion.register(str)(_kept)
+    array_conversion.register(Trajectory)(_kept)  # the single env's info["trajectory"], as it is
 
 
 _register_with_gymnasium()
