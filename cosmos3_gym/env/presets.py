@@ -1,7 +1,8 @@
 """Presets: the declarative env definitions in ``envs/*.toml``, validated.
 
 Each TOML file defines one env id. Every field can be overridden as a ``gym.make``
-keyword; an unknown keyword or an invalid value raises ``ValueError`` naming it.
+keyword; an unknown keyword raises ``TypeError`` (as Python does) and an invalid value
+``ValueError``, each naming it.
 """
 
 from __future__ import annotations
@@ -156,12 +157,15 @@ class Preset:
                                  f"but num_steps={self.num_steps}; set num_steps={steps}")
 
     def override(self, **overrides) -> "Preset":
-        """A copy with ``overrides`` applied; unknown names raise ``ValueError``."""
+        """A copy with ``overrides`` applied; unknown names raise ``TypeError``, as Python does for an
+        unexpected keyword (callers such as TorchRL's ``GymEnv`` retry without a keyword on exactly
+        that: its message holds Python's "unexpected keyword argument 'name'")."""
         names = {f.name for f in dataclasses.fields(self)} - {"id"}
         unknown = sorted(set(overrides) - names)
         if unknown:
-            raise ValueError(f"unknown keyword(s) {_short(unknown)} for env {_short(self.id)}; "
-                             f"preset fields are {sorted(names)}")
+            more = f" (and {_short(unknown[1:])})" if len(unknown) > 1 else ""
+            raise TypeError(f"unknown keyword(s) for env {_short(self.id)}: got an unexpected keyword argument "
+                            f"{_short(unknown[0])}{more}; preset fields are {sorted(names)}")
         return dataclasses.replace(self, **_normalised(overrides))
 
     def sigma_grid_for(self, scheduler=None, use_native_flow_schedule: bool = False) -> SigmaGrid:

@@ -60,7 +60,9 @@ def test_error_messages_stay_short_for_huge_values(field, value):
 def test_huge_explicit_grid_and_unknown_keyword_stay_short():
     message = rejected(sigma_grid="explicit", num_steps=5, sigmas=[1.0, 0.5] * 10**5)
     assert "sigmas=" in message and "at most 1001" in message
-    assert "unknown keyword" in rejected(**{"q" * 10**6: 1})
+    with pytest.raises(TypeError, match="unknown keyword") as err:  # as Python's unexpected keyword
+        BASE.override(**{"q" * 10**6: 1})
+    assert len(str(err.value)) < 600
     with pytest.raises(ValueError) as err:
         load_preset("n" * 10**6)
     assert len(str(err.value)) < 600
