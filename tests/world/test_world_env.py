@@ -263,3 +263,23 @@ def test_record_video_works(world, tmp_path):
             break
     env.close()
     assert list(tmp_path.glob("*.mp4"))
+
+
+def test_sb3_cnn_policy_learns_on_the_64_pixel_world(tiny_model):
+    """SB3's CnnPolicy (NatureCNN) needs frames of at least 36x36: it cannot be built on the default
+    32x32 world, and on ``size=64`` it builds and learns through the batched SB3 adapter."""
+    from stable_baselines3 import PPO
+
+    from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
+    from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
+
+    def sb3_world(size):
+        return Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(2, size=size, num_steps=2, goal="top left", model=tiny_model,
+                                                      autoreset_mode=AutoresetMode.SAME_STEP))
+
+    with pytest.raises(RuntimeError, match="Kernel size"):  # NatureCNN's third convolution: nothing left at 32x32
+        PPO("CnnPolicy", sb3_world(32), device="cpu")
+    venv = sb3_world(64)
+    assert venv.observation_space.shape == (64, 64, 3)
+    agent = PPO("CnnPolicy", venv, n_steps=8, batch_size=8, n_epochs=1, seed=0, device="cpu").learn(16)
+    assert agent.num_timesteps == 16 and type(agent.policy.features_extractor).__name__ == "NatureCNN"
