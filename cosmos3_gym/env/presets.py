@@ -19,6 +19,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
+from ..model.tasks import Task, task_of
 from ..rollout.schedule import NUM_TRAIN_TIMESTEPS, SigmaGrid, explicit_grid, flow_shift_grid, serving_grid
 from ..rollout.sde import KINDS
 
@@ -85,6 +86,11 @@ class Preset:
     resolution_tier: int = 256
     view_point: str = "ego_view"
     description: str = field(default="", compare=False)
+
+    @property
+    def task(self) -> Task:
+        """The :class:`~cosmos3_gym.model.tasks.Task` this preset's requests perform."""
+        return task_of(self.conditioning, self.num_frames, self.sound)
 
     @property
     def action_task(self) -> bool:

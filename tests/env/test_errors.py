@@ -174,7 +174,7 @@ def test_step_before_reset_and_after_end(make_env):
 def test_non_finite_latent_ends_the_episode(make_env):
     env = make_env(num_steps=3, action_mode="noise").unwrapped
     env.reset(seed=0)
-    env.engine.episode(0).latents[0, 0, 0, 0, 0] = float("nan")
+    env.engine.episode(0).latents["video"][0, 0, 0, 0, 0] = float("nan")
     _, reward, terminated, _, info = env.step(env.action_space.sample())
     assert terminated and reward == 0.0 and "NaN/Inf" in info["error"]
     env.reset(seed=0)
@@ -211,7 +211,7 @@ def test_odd_arguments_get_errors_that_name_them():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"autoreset_mode": "same_step"}, r"autoreset_mode='same_step' is not supported; choose one of"),
+    ({"autoreset_mode": "same_step"}, r"autoreset_mode='same_step' is not supported; use AutoresetMode"),
     ({"dtype": "float8"}, "dtype='float8' is not supported"),
     ({"reward_fn": "brightness"}, "reward_fn='brightness' is not callable"),
 ])

@@ -37,7 +37,10 @@ def same_state(a: dict, b: dict) -> bool:
             continue
         for name, value in vars(x).items():
             other = getattr(y, name)
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, dict):  # per-stream tensors
+                if value.keys() != other.keys() or not all(torch.equal(value[k], other[k]) for k in value):
+                    return False
+            elif isinstance(value, torch.Tensor):
                 if not torch.equal(value, other):
                     return False
             elif isinstance(value, torch.Generator):
@@ -317,7 +320,8 @@ def test_weights_changed_behind_update_weights_are_not_served_from_the_text_cach
     (lambda e: setattr(e, "step", True), "step=True"),
     (lambda e: setattr(e, "step", 1.5), "step=1.5"),
     (lambda e: setattr(e, "sigmas", e.sigmas[:2]), "has sigmas"),
-    (lambda e: setattr(e, "noises", e.noises[:, :2]), "has noises"),
+    (lambda e: e.noises.update(video=e.noises["video"][:, :2]), "has noises\\['video'\\]"),
+    (lambda e: e.latents.pop("video"), "has latents for streams"),
     (lambda e: setattr(e, "cond_ids", (10**9,)), "token ids outside"),
     (lambda e: setattr(e, "rng", None), "generator"),
 ])
