@@ -17,7 +17,7 @@ import numpy as np
 
 from .env.vector_env import Cosmos3RolloutVectorEnv
 from .model.tasks import ROBOT_TASKS, Task
-from .rollout.procedural_world import MAX_SPEED, SUCCESS_RADIUS, action_chunks, dataset, detect, goal_distance, push
+from .rollout.procedural_world import MAX_SPEED, action_chunks, dataset, detect, push, succeeds
 
 
 def adherence(env_id: str = "Cosmos3Rollout-v0", samples: int = 128, seed: int = 2024, batch: int = 32,
@@ -116,8 +116,7 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
                 a, b = info["actions"][j].ravel(), commands[i].ravel()
                 values.append(_cosine(a, b))
             else:
-                values.append(goal_distance(tuple(push(task, task.start, info["actions"][j], size)[-1]), task.goal,
-                                            size) <= SUCCESS_RADIUS)
+                values.append(succeeds(task, info["actions"][j], size))
     result = {"env_id": env_id, "mode": mode, "samples": samples, "seed": seed, "overrides": overrides}
     if mode == Task.FORWARD_DYNAMICS:
         result["median_position_error_px"] = float(np.median(values))
@@ -134,10 +133,8 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     else:
         rng = np.random.default_rng(seed + 1)
         baselines = {
-            "expert": [goal_distance(tuple(push(t, t.start, c, size)[-1]), t.goal, size) <= SUCCESS_RADIUS
-                       for t, c in zip(tasks, commands)],
-            "random": [goal_distance(tuple(push(t, t.start, rng.uniform(-1, 1, (chunk, 2)), size)[-1]), t.goal,
-                                     size) <= SUCCESS_RADIUS for t in tasks]}
+            "expert": [succeeds(t, c, size) for t, c in zip(tasks, commands)],
+            "random": [succeeds(t, rng.uniform(-1, 1, (chunk, 2)), size) for t in tasks]}
         result["success_rate"] = float(np.mean(values))
         result.update({f"success_rate_{name}": float(np.mean(v)) for name, v in baselines.items()})
     return result

@@ -70,7 +70,7 @@ def test_a_budget_too_small_or_a_missing_checkpoint_is_refused_before_anything_l
     assert not any(tmp_path.iterdir())  # nothing ran
     usage = subprocess.run([sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True,
                            timeout=120).stdout
-    assert "int (default: " in usage and "str (default: out)" in usage
+    assert "(int, default: " in usage and "(str, default: out)" in usage
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -217,6 +217,14 @@ def action_chunks(rng: np.random.Generator, count: int, chunk: int = 8, expert: 
     return tasks, np.stack(frames), np.stack(actions)
 
 
+def succeeds(task: PushTask, commands: np.ndarray, size: int = 32) -> bool:
+    """Whether ``commands`` (a chunk ``[k, 2]``), executed in the true world from the task's start,
+    leave the object within :data:`SUCCESS_RADIUS` of its goal: success in the true world, from the
+    physics (no detector), as every score against the ground truth counts it."""
+    end = push(task, task.start, commands, size)[-1]
+    return goal_distance(tuple(end), task.goal, size) <= SUCCESS_RADIUS
+
+
 def task_reward(before: np.ndarray, frames: np.ndarray, goal: str) -> tuple[float, bool]:
     """``(reward, success)`` of a chunk: the progress toward ``goal`` (the drop in the detected
     object's distance to it, as a fraction of the width, from frame ``before`` to the chunk's
