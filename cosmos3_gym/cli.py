@@ -498,7 +498,7 @@ def main(argv=None) -> int:
     configure_threads(getattr(args, "threads", None), device)
     try:
         return args.func(args)
-    except OutputError as error:  # an output that failed to write (no space left): one line, not a traceback
+    except (OutputError, ValueError) as error:  # no space left, a seed or prompt the env refuses: one line, exit 2
         command_parser.error(str(error))
 
 

@@ -307,3 +307,11 @@ def test_world_eval_writes_its_record_table_and_figure(tmp_path, monkeypatch, ke
     record = json.loads((tmp_path / "world_eval.json").read_text())
     assert (tmp_path / "world_eval.md").read_text().count("| greedy |") == 1
     assert (tmp_path / "world_eval.png").read_bytes()[:4] == b"\x89PNG" and record
+
+
+def test_a_value_the_env_refuses_after_the_model_loads_is_a_one_line_error(tmp_path, capsys, keep_threads):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["demo", "--steps", "2", "--seed", "-1", "--out", str(tmp_path / "demo.mp4")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "cosmos3-gym demo: error: seed=-1 is out of range" in err
+    assert "Traceback" not in err

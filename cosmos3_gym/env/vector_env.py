@@ -325,7 +325,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
                              f"envs, or {self.num_envs} (one per env) or {groups} (one per group) of them")
         if name == "actions":
             if array.dtype.kind != "f":
-                raise ValueError(f"options['actions'] must hold finite floats (float32 {layout[name]}); got "
+                raise ValueError(f"options['actions'] must hold finite floats ({layout[name]}); got "
                                  f"dtype {array.dtype}")
             finite_float32(array, "options['actions']")  # after the cast: a float64 1e300 is inf in float32
             return [item.astype(np.float32) for item in items]

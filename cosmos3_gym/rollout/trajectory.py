@@ -7,6 +7,7 @@ log-prob (:func:`cosmos3_gym.rollout.transition.replay_log_probs`). Loading chec
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -51,8 +52,10 @@ def output_target(path: str | Path) -> tuple[Path, os.stat_result | None]:
     target = Path(os.path.realpath(path))
     try:
         info = os.stat(target)
-    except OSError:  # absent, or under a file: writing it raises the error, naming the path
-        return target, None
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a symlink loop: there is no file to write, and the link must stay
+            raise ValueError(f"path={str(path)!r} is a loop of symbolic links; pass a file path") from None
+        return target, None  # absent, or under a file: writing it raises the error, naming the path
     for test, what in REFUSED.items():
         if test(info.st_mode):
             shown = "" if str(target) == os.path.abspath(path) else f" ({str(target)!r})"

@@ -227,3 +227,16 @@ def test_a_header_with_nan_or_infinity_is_refused_naming_the_field(make_env, tmp
     save_file(tensors, str(old), metadata={HEADER_KEY: json.dumps(header)})
     loaded = Trajectory.load(old)
     assert loaded.fps == 8.0 and loaded.extra == {"reward": 0.5, "scores": [1.0, 2]} and loaded.streams == ("video",)
+
+
+def test_saving_into_a_loop_of_links_is_refused_and_the_links_stay(make_env, tmp_path):
+    import os
+
+    env = make_env(num_steps=1)
+    _, _, infos = run_episode(env, seed=0)
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    with pytest.raises(ValueError, match="loop of symbolic links"):
+        infos[-1]["trajectory"].save(tmp_path / "a")
+    assert os.path.islink(tmp_path / "a") and os.path.islink(tmp_path / "b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
