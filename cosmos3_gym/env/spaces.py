@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ..rollout.engine import ActionTask, RolloutEngine
+from ..rollout.engine import RobotRequest, RolloutEngine
 from ..model.model import Cosmos3Model
 from ..rollout.streams import OBS_KEYS
 from .presets import Preset
@@ -34,13 +34,13 @@ def build_engine(preset: Preset, num_slots: int, device=None, dtype=None,
     if model is None:
         model = Cosmos3Model.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device, dtype=dtype)
     grid = preset.sigma_grid_for(model.scheduler, model.pipeline.config.use_native_flow_schedule)
-    action = None
+    robot = None
     if preset.action_task:
-        action = ActionTask(preset.conditioning, chunk=preset.num_frames - 1,
-                            resolution_tier=preset.resolution_tier, view_point=preset.view_point)
+        robot = RobotRequest(preset.conditioning, chunk=preset.num_frames - 1,
+                             resolution_tier=preset.resolution_tier, view_point=preset.view_point)
     return RolloutEngine(model, num_slots, num_frames=preset.num_frames, height=preset.height,
                          width=preset.width, fps=preset.fps, grid=grid, kind=preset.kind,
-                         max_prompt_tokens=preset.max_prompt_tokens, sound=preset.sound, action=action)
+                         max_prompt_tokens=preset.max_prompt_tokens, sound=preset.sound, robot=robot)
 
 
 def _latent_boxes(stream_shapes: dict) -> dict:

@@ -40,9 +40,9 @@ def _fork_rng(rng: torch.Generator) -> torch.Generator:
 
 
 @dataclass(frozen=True)
-class ActionTask:
-    """The action request every slot of an engine makes (``CosmosActionCondition`` in diffusers):
-    ``mode`` (policy, forward or inverse dynamics), ``chunk`` actions per request (the video has
+class RobotRequest:
+    """The robot action chunk every slot of an engine requests (``CosmosActionCondition`` in diffusers;
+    not the RL agent's action): ``mode`` (policy, forward or inverse dynamics), ``chunk`` robot actions per request (the video has
     ``chunk + 1`` frames), the ``resolution_tier`` of the conditioning canvas and the camera
     ``view_point`` named in the action caption."""
 
@@ -145,12 +145,13 @@ class RolloutEngine:
         kind: ``"sde"``, ``"cps"`` or ``"ode"`` (see :mod:`cosmos3_gym.rollout.sde`).
         max_prompt_tokens: token budget of a tokenized prompt (templates included).
         sound: also generate the sound stream (the model needs ``sound_gen`` and a sound tokenizer).
-        action: the :class:`ActionTask` of an action rollout (``num_frames`` must be ``chunk + 1``).
+        robot: the :class:`RobotRequest` of a rollout with a robot action chunk (``num_frames`` must be
+            ``chunk + 1``).
     """
 
     def __init__(self, model: Cosmos3Model, num_slots: int, *, num_frames: int, height: int, width: int,
                  fps: float, grid: SigmaGrid, kind: str = "sde", max_prompt_tokens: int = 1024, sound: bool = False,
-                 action: ActionTask | None = None):
+                 robot: RobotRequest | None = None):
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r} is not supported; choose one of {KINDS}")
         if not isinstance(num_slots, int) or num_slots < 1:
@@ -158,25 +159,25 @@ class RolloutEngine:
         cfg = model.transformer.config
         if sound and (not cfg.sound_gen or model.sound_tokenizer is None):
             raise ValueError("sound=True needs a checkpoint with sound_gen=True and a sound_tokenizer/ component")
-        if action is not None:
+        if robot is not None:
             if not cfg.action_gen:
-                raise ValueError(f"an action rollout ({action.mode}) needs a transformer with action_gen=True")
-            if num_frames != action.chunk + 1:
-                raise ValueError(f"num_frames={num_frames}: an action rollout of chunk={action.chunk} has "
-                                 f"chunk + 1 = {action.chunk + 1} frames")
+                raise ValueError(f"an action rollout ({robot.mode}) needs a transformer with action_gen=True")
+            if num_frames != robot.chunk + 1:
+                raise ValueError(f"num_frames={num_frames}: an action rollout of chunk={robot.chunk} has "
+                                 f"chunk + 1 = {robot.chunk + 1} frames")
         self.model = model
         self.device = model.device
         self.num_slots = num_slots
         self.num_frames, self.height, self.width, self.fps = num_frames, height, width, float(fps)
         self.latent_shape = model.latent_shape(num_frames, height, width)
-        self.sound, self.action = bool(sound), action
+        self.sound, self.robot = bool(sound), robot
         self.stream_shapes = {"video": tuple(self.latent_shape)}
         if sound:
             self.stream_shapes["sound"] = (int(cfg.sound_dim), model.sound_frames(num_frames, fps))
-        if action is not None:
-            self.stream_shapes["action"] = (action.chunk, int(cfg.action_dim))
+        if robot is not None:
+            self.stream_shapes["action"] = (robot.chunk, int(cfg.action_dim))
             # The prompt is sized by the padded canvas the frames are conditioned on.
-            self.text_size = model.action_canvas(height, width, action.resolution_tier)
+            self.text_size = model.action_canvas(height, width, robot.resolution_tier)
         else:
             self.text_size = (height, width)
         self.grid = grid
@@ -227,24 +228,24 @@ class RolloutEngine:
             if condition is not None and tuple(condition.latent.shape) != tuple(self.latent_shape):
                 raise ValueError(f"a condition's latent has shape {tuple(condition.latent.shape)}; this env's "
                                  f"latent is {tuple(self.latent_shape)}")
-            if self.action is not None and (condition is None or condition.action is None
+            if self.robot is not None and (condition is None or condition.action is None
                                             or tuple(condition.action.shape) != self.stream_shapes["action"]):
                 raise ValueError(f"an action rollout needs per slot a condition with actions of shape "
                                  f"{self.stream_shapes['action']} (Cosmos3Model.encode_action_condition)")
-        action_dim = self.stream_shapes["action"][1] if self.action else 0
-        embodiments = [checked_domain(d, action_dim, "domain") if self.action else (0, 0) for d in domains]
+        action_dim = self.stream_shapes["action"][1] if self.robot else 0
+        embodiments = [checked_domain(d, action_dim, "domain") if self.robot else (0, 0) for d in domains]
         seeds = [checked_seed(seed) for seed in seeds]
         for name, texts in (("prompt", prompts), ("negative_prompt", negative_prompts)):
             for text in texts:
                 if not isinstance(text, str):
                     raise ValueError(f"{name} must be a str, got {type(text).__name__}: {text!r}")
         n, device = self.num_steps, self.device
-        mode = self.action.mode if self.action else None
+        mode = self.robot.mode if self.robot else None
         episodes = []
         for seed, prompt, negative, condition, domain, (domain_id, raw_dim) in zip(
                 seeds, prompts, negative_prompts, conditions, domains, embodiments):
             cond, uncond = self.model.tokenize(prompt, negative, self.num_frames, *self.text_size, self.fps,
-                                               action_mode=mode, view_point=self.action and self.action.view_point)
+                                               action_mode=mode, view_point=self.robot and self.robot.view_point)
             for name, text, ids in (("prompt", prompt, cond), ("negative_prompt", negative, uncond)):
                 if len(ids) > self.max_prompt_tokens:
                     raise ValueError(f"{name} {text[:40]!r}... is {len(ids)} tokens with its templates; "
@@ -254,30 +255,30 @@ class RolloutEngine:
             start = {"video": torch.randn((1, *self.latent_shape), generator=rng, device=device)[0]}
             if self.sound:
                 start["sound"] = torch.randn(self.stream_shapes["sound"], generator=rng, device=device)
-            if self.action:
+            if self.robot:
                 start["action"] = torch.randn(self.stream_shapes["action"], generator=rng, device=device)
             clean = () if condition is None else tuple(condition.clean_frames)
             if clean:
                 m = torch.zeros((self.latent_shape[1], 1, 1), device=device)
                 m[list(clean)] = 1.0
                 start["video"] = m * condition.latent.to(device) + (1.0 - m) * start["video"]
-            clean_actions = tuple(condition.clean_actions) if self.action else ()
-            if self.action:
-                m = torch.zeros((self.action.chunk, 1), device=device)
+            clean_actions = tuple(condition.clean_actions) if self.robot else ()
+            if self.robot:
+                m = torch.zeros((self.robot.chunk, 1), device=device)
                 m[list(clean_actions)] = 1.0
                 start["action"] = m * condition.action.to(device) + (1.0 - m) * start["action"]
                 start["action"][:, raw_dim:] = 0
             row = RowSpec((), *self.latent_shape[1:], self.fps, clean,
                           sound_len=self.stream_shapes["sound"][1] if self.sound else 0,
                           sound_fps=float(self.model.transformer.config.sound_latent_fps),
-                          action_len=self.action.chunk if self.action else 0, clean_actions=clean_actions,
+                          action_len=self.robot.chunk if self.robot else 0, clean_actions=clean_actions,
                           domain_id=domain_id, raw_action_dim=raw_dim)
             latents = {name: torch.zeros((n + 1, *x.shape), device=device) for name, x in start.items()}
             for name, x in start.items():
                 latents[name][0] = x
             episodes.append(Episode(
                 seed=seed, prompt=prompt, negative_prompt=negative, cond_ids=tuple(cond), uncond_ids=tuple(uncond),
-                row=row, domain=domain if self.action else "",
+                row=row, domain=domain if self.robot else "",
                 sigmas=grid.sigmas.to(device).clone(), timesteps=grid.timesteps.to(device).clone(), rng=rng, step=0,
                 done=False, x0_pred=start["video"].clone(), log_probs=torch.zeros(n, device=device),
                 log_prob_sums=torch.zeros(n, device=device),
@@ -406,7 +407,7 @@ class RolloutEngine:
             prompt=e.prompt, negative_prompt=e.negative_prompt, cond_ids=list(e.cond_ids),
             uncond_ids=list(e.uncond_ids), clean_frames=list(e.clean_frames), kind=self.kind,
             num_frames=self.num_frames, height=self.height, width=self.width, fps=self.fps,
-            action_mode=self.action.mode if self.action else "", domain=e.domain,
+            action_mode=self.robot.mode if self.robot else "", domain=e.domain,
             clean_actions=list(e.row.clean_actions), **streams,
         )
 
@@ -415,7 +416,7 @@ class RolloutEngine:
         """What a snapshot must agree on to be restored here."""
         cfg = self.model.transformer.config
         return {"latent_shape": tuple(self.latent_shape), "num_steps": self.num_steps, "kind": self.kind,
-                "fps": self.fps, "streams": dict(self.stream_shapes), "action": self.action, "model": (type(self.model.transformer).__name__, cfg.hidden_size,
+                "fps": self.fps, "streams": dict(self.stream_shapes), "robot": self.robot, "model": (type(self.model.transformer).__name__, cfg.hidden_size,
                                            cfg.num_hidden_layers, cfg.vocab_size)}
 
     def get_state(self) -> dict:

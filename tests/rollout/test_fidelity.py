@@ -9,7 +9,7 @@ import torch
 from diffusers import Cosmos3OmniPipeline, FlowMatchEulerDiscreteScheduler
 from diffusers.models.transformers.transformer_cosmos3 import Cosmos3AttnProcessor
 
-from cosmos3_gym.rollout.engine import ActionTask, RolloutEngine
+from cosmos3_gym.rollout.engine import RobotRequest, RolloutEngine
 from cosmos3_gym.rollout.schedule import serving_grid
 
 
@@ -125,7 +125,7 @@ def test_action_ode_rollout_equals_pipeline(tiny_model, stock_pipeline, mode):
     actions = np.random.default_rng(0).uniform(-1, 1, (8, 2)).astype(np.float32)
     given = {"video": video} if mode == "inverse_dynamics" else {"image": video[0]}
     engine = RolloutEngine(tiny_model, 1, num_frames=9, height=32, width=32, fps=24.0,
-                           grid=serving_grid(stock_pipeline.scheduler, steps), kind="ode", action=ActionTask(mode))
+                           grid=serving_grid(stock_pipeline.scheduler, steps), kind="ode", robot=RobotRequest(mode))
     condition = tiny_model.encode_action_condition(
         mode, 8, 256, actions=actions if mode == "forward_dynamics" else None, **given)
     engine.reset_slots([0], [7], [prompt], ["blurry"], conditions=[condition], domains=["pusht"])
