@@ -150,7 +150,10 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     ``autoreset_mode``, ``render_mode``, ``checkpoint`` (a local diffusers-layout Cosmos 3
     directory, such as the ``--out`` of ``python -m cosmos3_gym.train.world_model``; default: the
     embedded model), ``device``, ``dtype``, ``model`` (a shared
-    :class:`~cosmos3_gym.model.model.Cosmos3Model`; not with ``checkpoint``).
+    :class:`~cosmos3_gym.model.model.Cosmos3Model`; not with ``checkpoint``), ``disagreement`` (opt-in
+    uncertainty: ``K >= 2`` imagines each step ``K`` times with different noise and reports the spread
+    as ``infos["disagreement"]``, the mean per-pixel standard deviation in [0, 1]; the episode itself
+    is the first sample, exactly as without the option; costs ``K`` generations a step).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -159,8 +162,9 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
                  goal: str | None = None, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,
                  noise_level: float = 0.7, domain: str = "pusht",
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 checkpoint: str = "", device=None, dtype=None, model=None):
+                 checkpoint: str = "", device=None, dtype=None, model=None, disagreement: int = 0):
         self.num_envs = _checked_int("num_envs", num_envs)
+        self.disagreement = _checked_int("disagreement", disagreement, 0)
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
         self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
         if render_mode not in (None, "rgb_array"):
@@ -227,7 +231,9 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         infos, pending = {}, {}
         if stepping:
             tasks = [self.tasks[i] for i in stepping]
-            imagined, trajectories = self._imagine(stepping, tasks, self.frames[stepping], actions[stepping], rngs)
+            imagined, trajectories, spread = self._imagine(stepping, tasks, self.frames[stepping], actions[stepping],
+                                                           rngs)
+            infos.update(self._disagreement_infos(stepping, spread))
             for j, i in enumerate(stepping):
                 rewards[i], terminated[i] = task_reward(self.frames[i], imagined[j], self.tasks[i].goal)
                 pending[i] = (imagined[j][-1], self.t[i] + 1)
@@ -267,12 +273,26 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
 
     def _imagine(self, slots: list[int], tasks: list[PushTask], frames: np.ndarray, actions: np.ndarray,
                  rngs: list[np.random.Generator]) -> tuple[np.ndarray, list]:
-        """One forward-dynamics generation per slot: the imagined chunk uint8 ``[b, chunk, H, W, 3]``
-        and the inner denoising trajectories. The engine is this env's scratch space."""
+        """One forward-dynamics generation per slot: the imagined chunk uint8 ``[b, chunk, H, W, 3]``,
+        the inner denoising trajectories and (``disagreement >= 2``) the spread of that many samples.
+        The engine is this env's scratch space."""
         model, p = self.engine.model, self.preset
         conditions = [model.encode_action_condition(Task.FORWARD_DYNAMICS, self.chunk, p.resolution_tier, image=frame,
                                                     actions=action) for frame, action in zip(frames, actions)]
         seeds = [int(rngs[i].integers(SEED_RANGE[1])) for i in slots]
+        video = self._generate(slots, seeds, tasks, conditions)
+        trajectories = [self.engine.trajectory(i) for i in slots]
+        spread = None
+        if self.disagreement >= 2:  # more samples of the same step, from seeds of their own (the episode's draws stay)
+            samples = [video] + [self._generate(slots, [int(np.random.default_rng([s, k]).integers(SEED_RANGE[1]))
+                                                         for s in seeds], tasks, conditions)
+                                 for k in range(1, self.disagreement)]
+            spread = np.stack(samples).astype(np.float32).std(axis=0).mean(axis=(1, 2, 3, 4)) / 255.0
+        return video[:, 1:], trajectories, spread
+
+    def _generate(self, slots: list[int], seeds: list[int], tasks: list, conditions: list) -> np.ndarray:
+        """One forward-dynamics generation per slot from ``seeds``: uint8 ``[b, chunk + 1, H, W, 3]``."""
+        p = self.preset
         self.engine.reset_slots(slots, seeds, [task.prompt for task in tasks], [p.negative_prompt] * len(slots),
                                 conditions=conditions, domains=[p.domain] * len(slots))
         guidance = torch.full((len(slots),), p.guidance_scale)
@@ -280,8 +300,16 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         with torch.no_grad():
             for _ in range(self.engine.num_steps):
                 self.engine.step(slots, guidance, level)
-        video = self.engine.decode(slots)
-        return video[:, 1:], [self.engine.trajectory(i) for i in slots]
+        return self.engine.decode(slots)
+
+    def _disagreement_infos(self, stepping: list[int], spread) -> dict:
+        """``disagreement``: the mean per-pixel standard deviation (in [0, 1]) of ``disagreement`` imagined
+        samples of the step (different noise), where it was asked for."""
+        if spread is None:
+            return {}
+        values = np.full(self.num_envs, np.nan)
+        values[stepping] = spread
+        return {"disagreement": values, "_disagreement": np.isin(np.arange(self.num_envs), stepping)}
 
     def render(self):
         if self.render_mode != "rgb_array":

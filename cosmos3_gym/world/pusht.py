@@ -281,8 +281,9 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos, pending = {}, {}
         if stepping:
-            imagined, trajectories = self._imagine(stepping, [self.tasks[i] for i in stepping], self.frames[stepping],
-                                                   model_actions(actions[stepping]), rngs)
+            imagined, trajectories, spread = self._imagine(stepping, [self.tasks[i] for i in stepping],
+                                                           self.frames[stepping], model_actions(actions[stepping]), rngs)
+            infos.update(self._disagreement_infos(stepping, spread))
             chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
             coverages = np.zeros((self.num_envs, self.chunk))
             played = np.zeros(self.num_envs, dtype=np.int64)

@@ -283,3 +283,22 @@ def test_sb3_cnn_policy_learns_on_the_64_pixel_world(tiny_model):
     assert venv.observation_space.shape == (64, 64, 3)
     agent = PPO("CnnPolicy", venv, n_steps=8, batch_size=8, n_epochs=1, seed=0, device="cpu").learn(16)
     assert agent.num_timesteps == 16 and type(agent.policy.features_extractor).__name__ == "NatureCNN"
+
+
+def test_disagreement_is_opt_in_and_leaves_the_episode_as_it_is(tiny_model):
+    """K imagined samples of a step give info['disagreement'] (their per-pixel spread); the episode
+    is the first sample, bit for bit the one imagined without the option."""
+    import gymnasium as gym
+
+    push_left = np.tile([[-1.0, 0.0]], (8, 1)).astype(np.float32)
+    runs = {}
+    for k in (0, 3):
+        env = gym.make("Cosmos3World-v0", num_steps=2, model=tiny_model, disagreement=k)
+        env.reset(seed=4)
+        runs[k] = [env.step(push_left) for _ in range(2)]
+    for (obs0, r0, *_, info0), (obs3, r3, *_, info3) in zip(runs[0], runs[3]):
+        np.testing.assert_array_equal(obs0, obs3)
+        assert r0 == r3 and "disagreement" not in info0
+        assert 0.0 < info3["disagreement"] <= 1.0
+    with pytest.raises(ValueError, match="disagreement=-1"):
+        gym.make("Cosmos3World-v0", num_steps=2, model=tiny_model, disagreement=-1)
