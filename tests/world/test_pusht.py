@@ -189,7 +189,7 @@ def test_an_imagined_world_that_imagines_the_truth_scores_as_the_truth(tiny_mode
         def _imagine(self, slots, tasks, frames, actions, rngs):
             targets = (actions + 1.0) * 256.0  # model_actions, inverted
             imagined = np.stack([[self.truth.step(a)[0] for a in chunk] for chunk in targets])
-            return imagined, [self.Trajectory()] * len(slots)
+            return imagined, [self.Trajectory()] * len(slots), None  # no disagreement asked for
 
     perfect, twin = Perfect(1, num_steps=1, model=tiny_model), PushTTwinEnv()
     perfect.truth = pc.make_pusht()
