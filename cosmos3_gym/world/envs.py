@@ -224,23 +224,38 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         tasks = {i: sample_task(rngs[i], self.size, self.goal) for i in envs}
         return {i: (task, draw(task, task.start, self.size)) for i, task in tasks.items()}
 
+    def _model_actions(self, actions: np.ndarray) -> np.ndarray:
+        """The robot action chunks the model is conditioned on (this world: the commands as they are)."""
+        return actions
+
+    def _score_chunk(self, i: int, chunk: np.ndarray) -> tuple[float, bool, np.ndarray, dict]:
+        """Env ``i``'s ``(reward, success, frames kept, extra infos)`` for its imagined ``chunk``
+        (:func:`~cosmos3_gym.rollout.procedural_world.task_reward`, read by the world's detector)."""
+        reward, success = task_reward(self.frames[i], chunk, self.tasks[i].goal)
+        return reward, success, chunk, {}
+
     def _prepare_step(self, actions: np.ndarray, stepping: list[int], rngs: list) -> PreparedStep:
+        """One imagined chunk per stepping env (one batched generation), scored by :meth:`_score_chunk`."""
         rewards = np.zeros(self.num_envs)
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos, pending = {}, {}
         if stepping:
-            tasks = [self.tasks[i] for i in stepping]
-            imagined, trajectories, spread = self._imagine(stepping, tasks, self.frames[stepping], actions[stepping],
-                                                           rngs)
+            imagined, trajectories, spread = self._imagine(stepping, [self.tasks[i] for i in stepping],
+                                                           self.frames[stepping],
+                                                           self._model_actions(actions[stepping]), rngs)
             infos.update(self._disagreement_infos(stepping, spread))
-            for j, i in enumerate(stepping):
-                rewards[i], terminated[i] = task_reward(self.frames[i], imagined[j], self.tasks[i].goal)
-                pending[i] = (imagined[j][-1], self.t[i] + 1)
-                truncated[i] = pending[i][1] >= self.horizon and not terminated[i]
             mask = np.isin(np.arange(self.num_envs), stepping)
             chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
-            chunk_frames[stepping] = imagined
+            extras: dict = {}
+            for j, i in enumerate(stepping):
+                rewards[i], terminated[i], chunk_frames[i], extra = self._score_chunk(i, imagined[j])
+                for key, value in extra.items():
+                    if key not in extras:
+                        extras[key] = np.zeros((self.num_envs, *np.shape(value)), dtype=np.asarray(value).dtype)
+                    extras[key][i] = value
+                pending[i] = (chunk_frames[i, -1], self.t[i] + 1)
+                truncated[i] = pending[i][1] >= self.horizon and not terminated[i]
             column = object_column(size=self.num_envs)
             column[stepping] = trajectories
             log_prob = np.full(self.num_envs, np.nan)
@@ -248,6 +263,8 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
             infos.update(frames=chunk_frames, _frames=mask, trajectory=column, _trajectory=mask.copy(),
                          log_prob_sum=log_prob, _log_prob_sum=mask.copy(), success=terminated.copy(),
                          _success=mask.copy())  # one mask array per key, as Gymnasium makes them
+            for key, values in extras.items():
+                infos.update({key: values, f"_{key}": mask.copy()})
         infos.update(self._prompt_infos(self.tasks))
         ended = np.flatnonzero(terminated | truncated).tolist()
         return PreparedStep(rewards, terminated, truncated, ended, infos, (pending, ended))

@@ -46,7 +46,6 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from ..env.autoreset import PreparedStep
 from ..env.infos import object_column
 from ..env.single_view import SingleEnvView
 from ..env.spaces import checked_action, checked_options
@@ -275,37 +274,17 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         seeds = {i: int(rngs[i].integers(SEED_RANGE[1])) for i in envs}
         return {i: (PushTEpisode(seed, self.prompt), self._first_frame(seed)) for i, seed in seeds.items()}
 
-    def _prepare_step(self, actions: np.ndarray, stepping: list[int], rngs: list) -> PreparedStep:
-        rewards = np.zeros(self.num_envs)
-        terminated = np.zeros(self.num_envs, dtype=bool)
-        truncated = np.zeros(self.num_envs, dtype=bool)
-        infos, pending = {}, {}
-        if stepping:
-            imagined, trajectories, spread = self._imagine(stepping, [self.tasks[i] for i in stepping],
-                                                           self.frames[stepping], model_actions(actions[stepping]), rngs)
-            infos.update(self._disagreement_infos(stepping, spread))
-            chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
-            coverages = np.zeros((self.num_envs, self.chunk))
-            played = np.zeros(self.num_envs, dtype=np.int64)
-            for j, i in enumerate(stepping):
-                coverages[i] = chunk_coverages(imagined[j], exact=self.exact_coverage)
-                played[i], rewards[i], terminated[i] = _play_out(coverages[i], self.threshold)
-                chunk_frames[i] = _padded(imagined[j], played[i])
-                coverages[i, played[i]:] = coverages[i, played[i] - 1]
-                pending[i] = (chunk_frames[i, -1], self.t[i] + 1)
-                truncated[i] = pending[i][1] >= self.horizon and not terminated[i]
-            mask = np.isin(np.arange(self.num_envs), stepping)
-            column = object_column(size=self.num_envs)
-            column[stepping] = trajectories
-            log_prob = np.full(self.num_envs, np.nan)
-            log_prob[stepping] = [float(tr.log_prob_sums.sum()) for tr in trajectories]
-            infos.update(frames=chunk_frames, _frames=mask, coverages=coverages, _coverages=mask.copy(),
-                         coverage=coverages[:, -1].copy(), _coverage=mask.copy(), played=played,
-                         _played=mask.copy(), trajectory=column, _trajectory=mask.copy(), log_prob_sum=log_prob,
-                         _log_prob_sum=mask.copy(), success=terminated.copy(), _success=mask.copy())
-        infos.update(self._prompt_infos(self.tasks))
-        ended = np.flatnonzero(terminated | truncated).tolist()
-        return PreparedStep(rewards, terminated, truncated, ended, infos, (pending, ended))
+    def _model_actions(self, actions: np.ndarray) -> np.ndarray:
+        return model_actions(actions)
+
+    def _score_chunk(self, i: int, chunk: np.ndarray) -> tuple[float, bool, np.ndarray, dict]:
+        """gym-pusht's rule on the imagined frames: coverage read from each frame, the chunk played
+        until the first frame above the threshold (the rest repeats it)."""
+        coverages = chunk_coverages(chunk, exact=self.exact_coverage)
+        played, reward, success = _play_out(coverages, self.threshold)
+        coverages[played:] = coverages[played - 1]
+        return reward, success, _padded(chunk, played), {"coverages": coverages, "coverage": coverages[-1],
+                                                          "played": played}
 
     def close(self, **kwargs):
         self.pusht.close()
