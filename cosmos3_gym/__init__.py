@@ -56,15 +56,19 @@ def _register_presets() -> list[str]:
 ENV_IDS = _register_presets()
 
 
-def _register_worlds() -> list[str]:
-    """The world as an environment: the ground truth and Cosmos 3 imagining it (same spaces)."""
-    worlds = {"ProceduralWorld-v0": ("ProceduralWorldEnv", None),
-              "Cosmos3World-v0": ("Cosmos3WorldEnv", "Cosmos3WorldVectorEnv")}
+def _register_in(module: str, worlds: dict[str, tuple[str, str | None]]) -> list[str]:
+    """Register ``{env_id: (env class, vector env class or None)}`` of ``module`` (by name: nothing is imported)."""
     for env_id, (entry, vector) in worlds.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=f"cosmos3_gym.world.envs:{entry}",
-                         vector_entry_point=vector and f"cosmos3_gym.world.envs:{vector}", disable_env_checker=True)
+            gym.register(id=env_id, entry_point=f"{module}:{entry}",
+                         vector_entry_point=vector and f"{module}:{vector}", disable_env_checker=True)
     return list(worlds)
+
+
+def _register_worlds() -> list[str]:
+    """The world as an environment: the ground truth and Cosmos 3 imagining it (same spaces)."""
+    return _register_in("cosmos3_gym.world.envs", {"ProceduralWorld-v0": ("ProceduralWorldEnv", None),
+                                                   "Cosmos3World-v0": ("Cosmos3WorldEnv", "Cosmos3WorldVectorEnv")})
 
 
 WORLD_ENV_IDS = _register_worlds()
@@ -76,12 +80,8 @@ def _register_pusht() -> list[str]:
     Registered only where gym-pusht is installed, which is looked up without importing it."""
     if util.find_spec("gym_pusht") is None:
         return []
-    worlds = {"Cosmos3PushT-v0": ("Cosmos3PushTEnv", "Cosmos3PushTVectorEnv"), "PushT-Twin-v0": ("PushTTwinEnv", None)}
-    for env_id, (entry, vector) in worlds.items():
-        if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=f"cosmos3_gym.world.pusht:{entry}",
-                         vector_entry_point=vector and f"cosmos3_gym.world.pusht:{vector}", disable_env_checker=True)
-    return list(worlds)
+    return _register_in("cosmos3_gym.world.pusht", {"Cosmos3PushT-v0": ("Cosmos3PushTEnv", "Cosmos3PushTVectorEnv"),
+                                                    "PushT-Twin-v0": ("PushTTwinEnv", None)})
 
 
 PUSHT_ENV_IDS = _register_pusht()
