@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from tqdm import tqdm
 
@@ -69,9 +70,24 @@ def success_rate(policy, episodes: int, seed: int, goal: str) -> float:
     return wins / episodes
 
 
-def train_ppo(envs: VecEnv, args: Args) -> PPO:
+class Progress(BaseCallback):
+    """A labelled progress bar over PPO's environment steps (SB3's own bar has no label)."""
+
+    def __init__(self, label: str, total: int):
+        super().__init__()
+        self.bar = tqdm(total=total, desc=label, unit="chunk")
+
+    def _on_step(self) -> bool:
+        self.bar.update(self.training_env.num_envs)
+        return True
+
+    def _on_training_end(self) -> None:
+        self.bar.close()
+
+
+def train_ppo(envs: VecEnv, args: Args, label: str) -> PPO:
     model = PPO("MlpPolicy", envs, n_steps=args.n_steps, batch_size=64, seed=args.seed, verbose=0)
-    model.learn(args.timesteps, progress_bar=True)
+    model.learn(args.timesteps, callback=Progress(label, args.timesteps))
     return model
 
 
@@ -87,11 +103,12 @@ def main(args: Args) -> None:
     results = {"random commands": success_rate(lambda obs: rng.uniform(-1, 1, (8, 2)).astype(np.float32),
                                                args.eval_episodes, eval_seed, args.goal)}
 
-    real = train_ppo(DummyVecEnv([lambda: gym.make("ProceduralWorld-v0", goal=args.goal)] * args.num_envs), args)
+    real = train_ppo(DummyVecEnv([lambda: gym.make("ProceduralWorld-v0", goal=args.goal)] * args.num_envs), args,
+                     "PPO in the true world")
     results["PPO trained in the true world"] = success_rate(lambda obs: real.predict(obs, deterministic=True)[0],
                                                             args.eval_episodes, eval_seed, args.goal)
 
-    dream = train_ppo(dream_envs, args)
+    dream = train_ppo(dream_envs, args, "PPO in imagination")
     results["PPO trained in imagination"] = success_rate(lambda obs: dream.predict(obs, deterministic=True)[0],
                                                          args.eval_episodes, eval_seed, args.goal)
 
