@@ -1,5 +1,6 @@
 """One autoreset protocol (Gymnasium's ``NEXT_STEP``, ``SAME_STEP`` and ``DISABLED``) over a
-prepare / commit core, shared by every vector env of the package.
+prepare / commit core, shared by the package's in-process vector envs (rollout, world, PushT; the
+Ray vector env's workers run the rollout one).
 
 A vector env here computes a step without changing anything (``_prepare_step``), computes the
 episodes that begin in it (``_prepare_resets``), and installs both at once (``_install``) in a
