@@ -197,12 +197,15 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         if seeds is None:
             seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]
         rngs = [np.random.default_rng(s) for s in seeds]
-        tasks = [sample_task(rng, self.size, self.goal) for rng in rngs]
+        starts = {i: self._first_episode(s, rng) for i, (s, rng) in enumerate(zip(seeds, rngs))}
         with deferred_interrupts():
-            self._rngs, self.tasks = rngs, tasks
-            self.frames = np.stack([draw(task, task.start, self.size) for task in tasks])
-            self.t[:], self.needs_reset[:] = 0, False
-        return self.frames.copy(), self._prompt_infos(tasks)
+            self._install(None, starts, rngs)
+        return self.frames.copy(), self._prompt_infos(self.tasks)
+
+    def _first_episode(self, seed: int, rng: np.random.Generator) -> tuple:
+        """``(task, first frame)`` of the episode ``reset(seed=...)`` gives an env: ``ProceduralWorld-v0``'s."""
+        task = sample_task(rng, self.size, self.goal)
+        return task, draw(task, task.start, self.size)
 
     # --- the autoreset protocol's hooks (env/autoreset.py) ----------------------------
     @property

@@ -49,8 +49,7 @@ from gymnasium.vector.utils import batch_space
 from ..env.infos import object_column
 from ..env.single_view import SingleEnvView
 from ..env.spaces import checked_action, checked_options
-from ..model.interrupts import deferred_interrupts
-from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds
+from ..rollout.seeding import SEED_RANGE, checked_seed
 from .envs import Cosmos3WorldVectorEnv, _checked_int
 from .pusht_coverage import SIZE, chunk_coverages, make_pusht, pusht_reward
 
@@ -247,18 +246,9 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         frame, _ = self.pusht.reset(seed=seed)
         return frame
 
-    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
-        checked_options(options, (), RESET_HINT)
-        seeds = per_env_seeds(seed, self.num_envs)
-        if seeds is None:
-            seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]
-        frames = np.stack([self._first_frame(s) for s in seeds])
-        tasks = [PushTEpisode(s, self.prompt) for s in seeds]
-        with deferred_interrupts():
-            self._rngs, self.tasks = [np.random.default_rng(s) for s in seeds], tasks
-            self.frames = frames
-            self.t[:], self.needs_reset[:] = 0, False
-        return self.frames.copy(), self._prompt_infos(tasks)
+    def _first_episode(self, seed: int, rng: np.random.Generator) -> tuple:
+        """gym-pusht's own ``reset(seed=seed)`` frame (bit for bit), and the model's prompt."""
+        return PushTEpisode(seed, self.prompt), self._first_frame(seed)
 
     def _prompt_infos(self, tasks: list[PushTEpisode]) -> dict:
         everyone = np.ones(self.num_envs, dtype=bool)
