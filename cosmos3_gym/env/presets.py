@@ -19,15 +19,14 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
-from ..model.tasks import Task, task_of
+from ..model.tasks import CONDITIONING_TASKS, ROBOT_TASKS, Task, task_of
 from ..rollout.schedule import NUM_TRAIN_TIMESTEPS, SigmaGrid, explicit_grid, flow_shift_grid, serving_grid
 from ..rollout.sde import KINDS
 
 ACTION_MODES = ("control", "noise")
 # What reset() is given: nothing (text-to-video), a first frame, leading frames, or an action task's
 # inputs (policy: a frame; forward dynamics: a frame and actions; inverse dynamics: the whole video).
-ACTION_CONDITIONINGS = ("policy", "forward_dynamics", "inverse_dynamics")
-CONDITIONINGS = ("none", "image", "video") + ACTION_CONDITIONINGS
+CONDITIONINGS = ("none", *CONDITIONING_TASKS)  # how a preset names its task (model/tasks.py)
 SIGMA_GRIDS = ("serving", "flow_shift", "explicit")
 # The keys of rewards.REWARDS (which checks this at import), spelled out so that validating a preset
 # does not import the reward functions and the toy world they score against.
@@ -95,7 +94,7 @@ class Preset:
     @property
     def action_task(self) -> bool:
         """Whether this is an action rollout (policy, forward or inverse dynamics)."""
-        return self.conditioning in ACTION_CONDITIONINGS
+        return self.conditioning in ROBOT_TASKS
 
     def __post_init__(self):
         def fail(name, allowed):

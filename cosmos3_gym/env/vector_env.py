@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ..model.interrupts import deferred_interrupts
-from ..model.tasks import checked_domain
+from ..model.tasks import TASKS, checked_domain
 from ..rollout.engine import RolloutEngine
 from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds, rng_continuation
 from ..rollout.streams import LOG_PROB_INFO, OBS_KEYS
@@ -22,9 +22,7 @@ from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
 
 OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")
-# The reset options each conditioning takes, and the dimensions of one env's value.
-CONDITION_INPUTS = {"none": (), "image": ("image",), "video": ("video",), "policy": ("image",),
-                    "forward_dynamics": ("image", "actions"), "inverse_dynamics": ("video",)}
+# The dimensions of one env's value of each reset input (which inputs a task takes: model/tasks.py).
 CONDITION_NDIM = {"image": 3, "video": 4, "actions": 2}
 # The env id that takes an input, for the error that names it.
 ENV_FOR_INPUT = {"image": "Cosmos3RolloutI2V-v0 or Cosmos3PolicyRollout-v0",
@@ -242,7 +240,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
         """Per-env prompts, negative prompts, conditions (encoded for ``envs`` only) and embodiments
         from the reset options, drawing what they leave open (one draw per GRPO group)."""
         p, groups = self.preset, self.num_envs // self.group_size
-        inputs = CONDITION_INPUTS[p.conditioning]
+        inputs = TASKS[p.task].inputs
         for key in ("image", "video", "actions", "domain"):
             if key in options and key not in inputs and not (key == "domain" and p.action_task):
                 raise ValueError(f"options[{key!r}] is not an input of this env (conditioning={p.conditioning!r}, "
@@ -290,11 +288,11 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
         from ..rollout.procedural_world import render, sample_scene
 
         p = self.preset
-        key = CONDITION_INPUTS[p.conditioning][0]
+        key = TASKS[p.task].inputs[0]
         if p.height != p.width:
             raise ValueError(f"reset() without options[{key!r}] draws a scene of the square procedural "
                              f"world, but this env is {p.height}x{p.width}: pass options[{key!r}]")
-        frames = {"video": p.condition_frames, "inverse_dynamics": p.num_frames}.get(p.conditioning, 1)
+        frames = {"leading": p.condition_frames, "all": p.num_frames}.get(TASKS[p.task].clean_frames, 1)
         scenes = [sample_scene(rng, p.num_frames, p.height) for _ in range(count)]
         clips = [render(scene, p.num_frames, p.height)[:frames] for scene in scenes]
         clips = [clip[0] if key == "image" else clip for clip in clips]
@@ -336,7 +334,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
             if tuple(item.shape[-3:]) != shape:
                 raise ValueError(f"options[{name!r}] has frames of shape {tuple(item.shape[-3:])}; this env "
                                  f"generates {shape} (height, width, RGB)")
-            if name == "video" and p.conditioning == "inverse_dynamics":
+            if name == "video" and TASKS[p.task].clean_frames == "all":
                 if item.shape[0] != p.num_frames:
                     raise ValueError(f"options['video'] has {item.shape[0]} frames; inverse dynamics infers the "
                                      f"actions between all {p.num_frames} frames (chunk + 1)")
