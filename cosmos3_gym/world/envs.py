@@ -198,9 +198,9 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
             seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]
         rngs = [np.random.default_rng(s) for s in seeds]
         starts = {i: self._first_episode(s, rng) for i, (s, rng) in enumerate(zip(seeds, rngs))}
-        with deferred_interrupts():
+        with deferred_interrupts():  # the return value is built in the section: a Ctrl-C there says it took effect
             self._install(None, starts, rngs)
-        return self.frames.copy(), self._prompt_infos(self.tasks)
+            return self.frames.copy(), self._prompt_infos(self.tasks)
 
     def _first_episode(self, seed: int, rng: np.random.Generator) -> tuple:
         """``(task, first frame)`` of the episode ``reset(seed=...)`` gives an env: ``ProceduralWorld-v0``'s."""
