@@ -86,7 +86,8 @@ def action_accuracy(env_id: str, samples: int = 64, seed: int = 2024, batch: int
     mode, chunk, size = venv.preset.conditioning, venv.preset.num_frames - 1, venv.preset.height
     if mode not in ROBOT_TASKS:
         raise ValueError(f"{env_id} is not an action rollout; use adherence() for it")
-    tasks, frames, commands = action_chunks(np.random.default_rng(seed), samples, chunk, expert=mode == Task.POLICY,
+    kind = "expert" if mode == Task.POLICY else "turn"
+    tasks, frames, commands = action_chunks(np.random.default_rng(seed), samples, chunk, kind,
                                             size=size)
 
     def options(idx: list[int]) -> dict:

@@ -78,7 +78,7 @@ def test_an_action_batch_reaches_the_transformer_without_waiting_for_the_device(
 
     model = trainable_model(build_tiny_components(0), "cuda")
     args = TrainArgs(device="cuda", batch=8, action_pool=8)
-    pools = {"random": ActionPool.build(model, 8, False, 1, args.resolution_tier, "cuda")}
+    pools = {"dynamics": ActionPool.build(model, 8, {"turn": 1.0}, 1, args.resolution_tier, "cuda")}
     rng, timesteps = np.random.default_rng(0), [100.0 * (i + 1) for i in range(8)]
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

@@ -193,23 +193,53 @@ def draw(task: PushTask, position: tuple[float, float], size: int = 32) -> np.nd
     return frame
 
 
-def action_chunks(rng: np.random.Generator, count: int, chunk: int = 8, expert: bool = False, size: int = 32
-                  ) -> tuple[list[PushTask], np.ndarray, np.ndarray]:
+ACTION_KINDS = ("turn", "uniform", "zero", "expert", "greedy", "away", "scaled", "stop")
+"""How a chunk's commands are drawn (:func:`chunk_commands`): ``turn`` a random heading that changes
+once mid-chunk, plus noise; ``uniform`` independent uniform commands per frame (the harness's random
+policy); ``zero`` standing still; ``expert`` toward the goal plus noise (the policy data);
+``greedy`` toward the goal, noiseless; ``away`` from the goal, plus noise; ``scaled`` toward the goal
+at a random fraction of the speed; ``stop`` toward the goal for a random number of frames, then
+still. Dynamics data needs them all: a world model trained on one kind only learns what that
+kind makes likely, not what each command causes."""
+
+
+def chunk_commands(rng: np.random.Generator, task: PushTask, chunk: int, kind: str, size: int = 32) -> np.ndarray:
+    """The commands ``[chunk, 2]`` in [-1, 1] of one chunk of ``kind`` (:data:`ACTION_KINDS`) for ``task``."""
+    heading = (np.array(GOALS[task.goal]) * size - np.array(task.start)) / (MAX_SPEED * chunk)
+    if kind == "turn":
+        turn = int(rng.integers(1, chunk)) if chunk > 1 else 1
+        commands = np.concatenate([np.tile(rng.uniform(-1, 1, 2), (turn, 1)),
+                                   np.tile(rng.uniform(-1, 1, 2), (chunk - turn, 1))])
+        commands = commands + rng.normal(0.0, 0.1, commands.shape)
+    elif kind == "uniform":
+        commands = rng.uniform(-1, 1, (chunk, 2))
+    elif kind == "zero":
+        commands = np.zeros((chunk, 2))
+    elif kind in ("expert", "away"):
+        commands = (1 if kind == "expert" else -1) * heading + rng.normal(0.0, 0.15, (chunk, 2))
+    elif kind == "greedy":
+        commands = np.tile(heading, (chunk, 1))
+    elif kind == "scaled":
+        commands = np.tile(rng.uniform(0.0, 1.0) * heading, (chunk, 1))
+    elif kind == "stop":
+        commands = np.tile(heading, (chunk, 1)) * (np.arange(chunk) < rng.integers(0, chunk + 1))[:, None]
+    else:
+        raise ValueError(f"kind={kind!r} is not an action kind; use one of {list(ACTION_KINDS)}")
+    return np.clip(commands, -1, 1)
+
+
+def action_chunks(rng: np.random.Generator, count: int, chunk: int = 8, kind: str = "turn", size: int = 32,
+                  mix: dict[str, float] | None = None) -> tuple[list[PushTask], np.ndarray, np.ndarray]:
     """``count`` tasks, each with one chunk played out: uint8 frames ``[count, chunk + 1, size, size,
-    3]`` (the start, then one frame per command) and the commands ``[count, chunk, 2]``.
-    ``expert``: the commands head for the goal (with noise), as a policy should; otherwise a
-    random heading that changes once mid-chunk (dynamics data)."""
+    3]`` (the start, then one frame per command) and the commands ``[count, chunk, 2]``, of
+    ``kind`` (:data:`ACTION_KINDS`; ``"expert"`` heads for the goal with noise, as a policy should),
+    or with ``mix`` (kind -> weight) a kind drawn per chunk."""
+    kinds = list(mix) if mix else [kind]
+    p = np.array([mix[k] for k in kinds], float) / sum(mix.values()) if mix else None
     tasks, frames, actions = [], [], []
     for _ in range(count):
         task = sample_task(rng, size)
-        if expert:
-            heading = (np.array(GOALS[task.goal]) * size - np.array(task.start)) / (MAX_SPEED * chunk)
-            commands = np.clip(heading + rng.normal(0.0, 0.15, (chunk, 2)), -1, 1)
-        else:
-            turn = int(rng.integers(1, chunk)) if chunk > 1 else 1
-            commands = np.concatenate([np.tile(rng.uniform(-1, 1, 2), (turn, 1)),
-                                       np.tile(rng.uniform(-1, 1, 2), (chunk - turn, 1))])
-            commands = np.clip(commands + rng.normal(0.0, 0.1, commands.shape), -1, 1)
+        commands = chunk_commands(rng, task, chunk, kinds[rng.choice(len(kinds), p=p)] if mix else kind, size)
         centres = push(task, task.start, commands, size)
         tasks.append(task)
         frames.append(np.stack([draw(task, task.start, size)] + [draw(task, tuple(c), size) for c in centres]))

@@ -42,7 +42,7 @@ from ..model.packing import RowSpec, to_device
 from ..model.tasks import ROBOT_TASKS, Task, checked_domain
 from ..model.tasks import TASKS as TASK_TABLE
 from ..model.tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
-from ..rollout.procedural_world import action_chunks, dataset
+from ..rollout.procedural_world import ACTION_KINDS, action_chunks, dataset
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
 TASKS = (Task.T2V, Task.T2I, Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS, Task.POLICY)  # what it trains
@@ -72,7 +72,10 @@ class TrainArgs:
     domain: str = "pusht"
     resolution_tier: int = 256
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
-    action_pool: int = 16384  # played-out chunks with random commands (dynamics); half as many expert ones (policy)
+    action_pool: int = 16384  # played-out chunks for the dynamics tasks (of --action-mix); half as many expert ones (policy)
+    # the dynamics chunks' kinds and weights (procedural_world.ACTION_KINDS): diverse commands, so that the model
+    # learns what each command causes (turn=1 alone gave the weights before: imagined success while standing still)
+    action_mix: str = "turn=3,uniform=2,zero=1,expert=1,greedy=1,away=1,scaled=1,stop=1"
     data_workers: int = 2  # processes that render the world's videos ahead of the steps (0: in the training loop)
     # action clips per VAE step encoded in the tier's canvas, as the action tasks encode them (0: plain scenes only),
     # on every vae_canvas_every-th step: a canvas clip has 64 times a scene's pixels, and on the H200 the term at
@@ -91,6 +94,7 @@ class TrainArgs:
                              f"the canvas term would come at step 0 alone; use at most {self.vae_steps}, or "
                              "--vae-canvas-batch 0 to leave it out")
         parse_task_weights(self.task_weights)
+        parse_action_mix(self.action_mix)
         parse_checkpoint_steps(self.checkpoint_steps, self.steps)
         phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))
         if phased > self.steps:
@@ -194,16 +198,25 @@ def train_vae(model: Cosmos3Model, args: TrainArgs, log: list) -> None:
     vae.register_to_config(latents_mean=mean.tolist(), latents_std=std.tolist())
 
 
-def parse_task_weights(spec: str, where: str = "") -> dict[str, float]:
-    """``"t2v=4,policy=2"`` as ``{"t2v": 4.0, "policy": 2.0}``; ``where`` names the argument in errors."""
+def _parse_weights(spec: str, names, what: str, where: str) -> dict[str, float]:
     weights = {}
     for item in spec.split(","):
         name, _, value = item.partition("=")
-        if name not in TASKS or not value.replace(".", "", 1).isdigit() or float(value) <= 0:
-            raise ValueError(f"{where or f'task_weights={spec!r}'}: {item!r} is not task=weight with a weight > 0 "
-                             f"and a task of {[str(task) for task in TASKS]}")
+        if name not in names or not value.replace(".", "", 1).isdigit() or float(value) <= 0:
+            raise ValueError(f"{where}: {item!r} is not {what}=weight with a weight > 0 "
+                             f"and a {what} of {[str(n) for n in names]}")
         weights[name] = float(value)
     return weights
+
+
+def parse_task_weights(spec: str, where: str = "") -> dict[str, float]:
+    """``"t2v=4,policy=2"`` as ``{"t2v": 4.0, "policy": 2.0}``; ``where`` names the argument in errors."""
+    return _parse_weights(spec, TASKS, "task", where or f"task_weights={spec!r}")
+
+
+def parse_action_mix(spec: str) -> dict[str, float]:
+    """``"turn=3,zero=1"`` as ``{"turn": 3.0, "zero": 1.0}``, each a kind of ``procedural_world.ACTION_KINDS``."""
+    return _parse_weights(spec, ACTION_KINDS, "kind", f"--action-mix {spec!r}")
 
 
 def parse_curriculum(spec: str) -> list[tuple[int, str]]:
@@ -256,13 +269,15 @@ class ActionPool:
 
     @classmethod
     @torch.no_grad()
-    def build(cls, model: Cosmos3Model, count: int, expert: bool, seed: int, tier: int, device) -> "ActionPool":
+    def build(cls, model: Cosmos3Model, count: int, mix: dict[str, float], seed: int, tier: int, device
+              ) -> "ActionPool":
+        """``count`` chunks, each of a kind drawn from ``mix`` (kind -> weight)."""
         from tqdm import tqdm
 
         rng, chunk = np.random.default_rng(seed), NUM_FRAMES - 1
         prompts, latents, commands = [], [], []
-        for start in tqdm(range(0, count, 32), desc=f"{'expert' if expert else 'random'} action pool"):
-            tasks, frames, moves = action_chunks(rng, min(32, count - start), chunk, expert=expert)
+        for start in tqdm(range(0, count, 32), desc=f"action pool {','.join(mix)}"):
+            tasks, frames, moves = action_chunks(rng, min(32, count - start), chunk, mix=mix)
             latents.append(model.encode_action_clips(frames, tier, NUM_FRAMES))
             prompts += [task.prompt for task in tasks]
             commands.append(torch.from_numpy(moves))
@@ -276,11 +291,11 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
     """One batch of ``task``: its rows, the clean latents ``x0`` per stream and, per stream, the
     mask of the elements the model generates (the loss's elements; the rest stays at ``x0``).
     Text tasks take their videos from ``scenes`` (an item of :class:`SceneBatches`), action tasks
-    draw from ``pools`` (``"expert"`` for the policy, ``"random"`` for dynamics)."""
+    draw from ``pools`` (``"expert"`` for the policy, ``"dynamics"`` for forward and inverse dynamics)."""
     chunk = NUM_FRAMES - 1
     action = task in ROBOT_TASKS
     if action:
-        pool = pools["expert" if task == Task.POLICY else "random"]
+        pool = pools["expert" if task == Task.POLICY else "dynamics"]
         index = rng.integers(0, len(pool.prompts), args.batch)
         on_device = to_device(torch.from_numpy(index), pool.latents.device)
         video, commands = pool.latents[on_device], pool.commands[on_device]
@@ -370,10 +385,10 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     schedule = task_schedule(args, rng)
     pools = {}
     if {Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS} & set(schedule):
-        pools["random"] = ActionPool.build(model, args.action_pool, False, args.data_seed * 1_000_003 + 3 * 10**6,
-                                           args.resolution_tier, args.device)
+        pools["dynamics"] = ActionPool.build(model, args.action_pool, parse_action_mix(args.action_mix),
+                                             args.data_seed * 1_000_003 + 3 * 10**6, args.resolution_tier, args.device)
     if Task.POLICY in schedule:
-        pools["expert"] = ActionPool.build(model, args.action_pool // 2, True,
+        pools["expert"] = ActionPool.build(model, args.action_pool // 2, {"expert": 1.0},
                                            args.data_seed * 1_000_003 + 4 * 10**6, args.resolution_tier, args.device)
     text_steps = [step for step, task in enumerate(schedule) if task in ("t2v", "t2i")]
     batches = scene_batches([args.data_seed * 1_000_003 + 2 * 10**6 + step for step in text_steps], args.batch,

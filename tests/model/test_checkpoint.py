@@ -235,8 +235,8 @@ def test_action_pool_holds_the_conditions_the_envs_encode():
     from cosmos3_gym.rollout.procedural_world import action_chunks
 
     model = Cosmos3Model.from_pretrained(TINY_CHECKPOINT, device="cpu")
-    pool = ActionPool.build(model, 2, False, 5, 256, "cpu")
-    tasks, frames, commands = action_chunks(np.random.default_rng(5), 2, 8)
+    pool = ActionPool.build(model, 2, {"turn": 1.0}, 5, 256, "cpu")
+    tasks, frames, commands = action_chunks(np.random.default_rng(5), 2, 8, mix={"turn": 1.0})
     assert pool.prompts == [task.prompt for task in tasks] and torch.equal(pool.commands, torch.from_numpy(commands))
     for i in range(2):
         inverse = model.encode_action_condition("inverse_dynamics", 8, 256, video=frames[i]).latent

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from cosmos3_gym.env.rewards import REWARDS
-from cosmos3_gym.rollout.procedural_world import COLORS, DIRECTIONS, dataset, detect, parse_prompt, render, sample_scene
+from cosmos3_gym.rollout.procedural_world import (
+    ACTION_KINDS, COLORS, DIRECTIONS, GOALS, MAX_SPEED, action_chunks, chunk_commands, dataset, detect, goal_distance,
+    parse_prompt, push, render, sample_scene, sample_task)
 
 
 def test_dataset_is_deterministic_and_varied():
@@ -75,3 +77,65 @@ def test_a_one_frame_render_is_the_first_frame_of_the_video():
     for seed in range(20):  # every verb, "falls" included
         scene = sample_scene(np.random.default_rng(seed))
         np.testing.assert_array_equal(render(scene, num_frames=1)[0], render(scene)[0])
+
+
+# --- the dynamics data's action kinds ----------------------------------------------------
+
+
+def _end(task, commands):
+    return tuple(push(task, task.start, commands)[-1])
+
+
+def test_zero_commands_leave_the_object_where_it_started():
+    tasks, frames, commands = action_chunks(np.random.default_rng(0), 6, 8, "zero")
+    assert not commands.any()
+    assert (frames == frames[:, :1]).all()  # every frame is the first: nothing moved
+
+
+def test_greedy_reaches_the_goal_and_away_leaves_it():
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        task = sample_task(rng)
+        heading = (np.array(GOALS[task.goal]) * 32 - np.array(task.start)) / (MAX_SPEED * 8)
+        start = goal_distance(task.start, task.goal)
+        greedy = chunk_commands(rng, task, 8, "greedy")
+        assert np.allclose(greedy, np.clip(heading, -1, 1))  # the same command every frame
+        if np.abs(heading).max() <= 1:  # reachable in one chunk: lands on the goal's centre (walls aside)
+            assert goal_distance(_end(task, greedy), task.goal) < 0.05
+        assert goal_distance(_end(task, chunk_commands(rng, task, 8, "away")), task.goal) >= start - 1e-9
+
+
+def test_scaled_and_stop_are_fractions_of_the_greedy_command():
+    rng = np.random.default_rng(2)
+    task = sample_task(rng)
+    greedy = chunk_commands(rng, task, 8, "greedy")
+    for _ in range(10):
+        scaled = chunk_commands(rng, task, 8, "scaled")
+        factor = scaled[0] / greedy[0]  # one fraction in [0, 1] for both axes and every frame
+        assert 0 <= factor[0] <= 1 and np.isclose(factor[0], factor[1]) and (scaled == scaled[0]).all()
+        stop = chunk_commands(rng, task, 8, "stop")
+        moving = np.abs(stop).sum(axis=1) > 0
+        first_still = int(np.argmin(moving)) if not moving.all() else 8
+        assert not moving[first_still:].any() and np.allclose(stop[:first_still], greedy[:first_still])
+
+
+def test_uniform_commands_are_independent_per_frame_and_in_range():
+    commands = action_chunks(np.random.default_rng(3), 400, 8, "uniform")[2]
+    assert commands.min() >= -1 and commands.max() <= 1
+    # independent frames: neighbouring frames' commands are uncorrelated (a "turn" chunk's are near 1)
+    r = np.corrcoef(commands[:, :-1, 0].ravel(), commands[:, 1:, 0].ravel())[0, 1]
+    assert abs(r) < 0.05
+    turns = action_chunks(np.random.default_rng(3), 400, 8, "turn")[2]
+    assert np.corrcoef(turns[:, :-1, 0].ravel(), turns[:, 1:, 0].ravel())[0, 1] > 0.6
+
+
+def test_a_mix_draws_each_kind_in_proportion():
+    commands = action_chunks(np.random.default_rng(4), 600, 8, mix={"zero": 1.0, "uniform": 2.0})[2]
+    still = float(np.mean([not c.any() for c in commands]))
+    assert abs(still - 1 / 3) < 4 * np.sqrt(1 / 3 * 2 / 3 / 600)  # binomial, four standard deviations
+
+
+def test_an_unknown_kind_is_named():
+    with pytest.raises(ValueError, match=r"kind='jump'.*'turn'"):
+        action_chunks(np.random.default_rng(0), 1, 8, "jump")
+    assert set(ACTION_KINDS) >= {"turn", "uniform", "zero", "expert", "away"}
