@@ -365,12 +365,29 @@ def bench_workers(model: str, num_envs: int, height: int, width: int, num_frames
     print(f"speedup_{workers}_workers_vs_1: {rates[workers] / rates[1]:.2f}")
 
 
+def world_env_rate(venv, actions: np.ndarray, device) -> tuple[int, float]:
+    """``(chunks imagined, seconds)`` of the world env's steps with ``actions`` ``[steps, num_envs, chunk, 2]``
+    after one warm-up step: each step's chunks counted where an env stepped (one that ended skips a step)."""
+    venv.step(actions[0])  # warm-up
+    chunks = 0
+
+    def run():
+        nonlocal chunks
+        for step_actions in actions[1:]:
+            chunks += int(venv.step(step_actions)[4]["_frames"].sum())
+
+    seconds = _timed(run, device)
+    return chunks, seconds
+
+
 def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int, guidance: float,
                 pipeline_samples: int, steps: int, device="cuda") -> None:
     """Imagined frames/s of ``Cosmos3World-v0``'s vector env (one forward-dynamics generation per
     step for all envs, decoded, read by the detector) against diffusers' pipeline in
     forward-dynamics mode called once per env and chunk, decoded to frames, on the same model:
-    the embedded one (``model="tiny"``) or random weights at a real size with action heads."""
+    the embedded one (``model="tiny"``) or random weights at a real size with action heads.
+    Also the frames/s each env gets with 1, 4 and ``num_envs`` envs stepping together (an
+    interactive stream is one env: the batch buys throughput, not per-stream speed)."""
     from .world.envs import Cosmos3WorldVectorEnv
 
     device = torch.device(device)
@@ -380,8 +397,12 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
     else:
         world_model = random_model(model, device, torch.bfloat16 if on_gpu else torch.float32, compile=False,
                                    action_gen=True)
-    venv = Cosmos3WorldVectorEnv(num_envs, chunk=chunk, size=size, horizon=steps + 2, num_steps=num_steps,
-                                 guidance_scale=guidance, model=world_model)
+
+    def world(count):
+        return Cosmos3WorldVectorEnv(count, chunk=chunk, size=size, horizon=steps + 2, num_steps=num_steps,
+                                     guidance_scale=guidance, model=world_model)
+
+    venv = world(num_envs)
     print(f"device {torch.cuda.get_device_name() if on_gpu else device}, torch {torch.__version__}, model {model}, "
           f"world {size}x{size}, chunk {chunk}, {num_steps} denoising steps, CFG {guidance}, {num_envs} envs, "
           f"tier {venv.preset.resolution_tier}, attention {world_model.attention}")
@@ -396,18 +417,19 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
     world_model.compile = compiles_by_default(device, world_model.transformer.config)
     world_model.install_processors()  # the env's own attention again
 
-    venv.step(actions[0])  # warm-up
-    chunks = 0
-
-    def run():
-        nonlocal chunks
-        for step_actions in actions[1:]:
-            chunks += int(venv.step(step_actions)[4]["_frames"].sum())  # envs that ended skip a step
-
-    seconds = _timed(run, device)
+    chunks, seconds = world_env_rate(venv, actions, device)
     env_rate = chunks / seconds
+    per_env = {}
+    for count in (c for c in (1, 4) if c < num_envs):
+        fewer = world(count)
+        fewer.reset(seed=0)
+        counted, elapsed = world_env_rate(fewer, actions[:, :count], device)
+        per_env[count] = counted * chunk / elapsed / count
+    per_env[num_envs] = env_rate * chunk / num_envs
     print(f"diffusers_pipeline: {pipe_rate * chunk:.1f} imagined frames/s ({1 / pipe_rate * 1e3:.1f} ms per env "
           f"and chunk, decoded)")
     print(f"cosmos3_gym_world_env: {env_rate * chunk:.1f} imagined frames/s ({chunks} chunks in {steps} steps, "
           f"{seconds / steps * 1e3:.1f} ms per step of {num_envs} envs; decode and detector included)")
+    print("imagined frames/s per env: " + ", ".join(f"{rate:.2f} at {count} env{'s' * (count > 1)}"
+                                                    for count, rate in per_env.items()))
     print(f"speedup_vs_diffusers: {env_rate / pipe_rate:.2f}")
