@@ -1,0 +1,397 @@
+"""Train a Cosmos 3 world model of PushT, so that ``Cosmos3PushT-v0`` imagines LeRobot's gym-pusht.
+
+    python -m cosmos3_gym.train_pusht --device cuda --max-minutes 8 --out out/pusht
+    # the clips made once where gym-pusht is installed, the training where the GPU is:
+    python -m cosmos3_gym.world.pusht_data --clips 6000 --workers 2 --out out/pusht_clips.npz
+    python -m cosmos3_gym.train_pusht --clips-file out/pusht_clips.npz --device cuda --max-minutes 8 --out out/pusht
+    # more training for those weights:
+    python -m cosmos3_gym.train_pusht --init-from out/pusht --vae-steps 0 --device cuda --out out/pusht2
+
+The clips are gym-pusht played headless (:mod:`cosmos3_gym.world.pusht_data`: random walks, scripted
+pushes, noisy experts, standing still), generated here in worker processes or read from a file
+that module wrote (a machine without gym-pusht trains on clips made where it is installed). A
+share of the episodes is held out. The model is the tiny Cosmos 3 of
+:mod:`cosmos3_gym.model.tiny_model` (the real diffusers classes), its transformer widened and
+deepened by ``--hidden-size`` and ``--layers`` (96x96 frames are 9 times the tokens of the
+procedural world's 32x32), the checkpoint kept to at most :data:`MAX_MEGABYTES`.
+
+Everything the model sees is what ``Cosmos3PushT-v0`` feeds it, read from the env and its preset
+rather than restated: the clips padded into the resolution tier's canvas, encoded and cropped as
+:meth:`~cosmos3_gym.model.model.Cosmos3Model.encode_action_clips` encodes the env's conditions, the
+env's prompt through the pipeline's action caption (its view point, fps and canvas size), the
+``pusht`` domain, and gym-pusht's targets scaled as :func:`cosmos3_gym.world.pusht.model_actions`
+scales them. Stage 1 fits the VAE along that path
+(:func:`~cosmos3_gym.train.world_model.canvas_reconstruction`) and sets its latent statistics from
+the cropped latents; stage 2 fits the transformer with
+:mod:`cosmos3_gym.train.world_model`'s flow-matching objective and batches, on forward dynamics (what
+the env runs), inverse dynamics and a policy (from the scripted pushes). At each log step the
+held-out clips' forward-dynamics loss is measured at fixed noise under their own actions and under
+another clip's: a model that uses the actions scores better with its own.
+
+Writes a diffusers-layout checkpoint (``gym.make("Cosmos3PushT-v0", checkpoint=OUT)``),
+``training.json`` (command, seeds, data, losses, minutes) and ``training_curve.png``. With
+``--max-minutes`` each stage ends on time (the VAE's after ``--vae-share`` of it) and the run still saves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .env.presets import load_preset
+from .model.diffusers_private import crop_action_latent
+from .model.model import check_checkpoint, checked_device, load_component
+from .model.tasks import ROBOT_TASKS, Task
+from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_components, build_tiny_tokenizer, \
+    save_checkpoint, scale_action_heads
+from .train.args import parse_args, require_at_least
+from .train.world_model import NUM_FRAMES, ActionPool, _fused, _lr, _update, canvas_reconstruction, \
+    flow_matching_loss, parse_task_weights, plot_curve, trainable_model, training_batch
+from .world.pusht import CHUNK, PROMPT, Cosmos3PushTVectorEnv, model_actions
+from .world.pusht_coverage import SIZE
+from .world.pusht_data import DEFAULT_MIX, KINDS, Clips, generate
+
+MAX_MEGABYTES = 40.0  # the checkpoint's weights (fp32 safetensors), small enough to ship with the package
+HEAD_DIM = TRANSFORMER_CONFIG["head_dim"]
+ENCODE_BATCH = 32  # clips per VAE encode when the clips are encoded once (statistics, pools)
+EVAL_BATCH = 64  # held-out clips in the fixed forward-dynamics batch
+# Cosmos3PushT-v0's engine runs this preset (cosmos3_gym.world.envs.Cosmos3WorldVectorEnv), and its
+# domain is the env's default: the trainer reads both instead of restating them
+ENV_PRESET = load_preset("Cosmos3ForwardDynamicsRollout-v0")
+ENV_DOMAIN = Cosmos3PushTVectorEnv.__init__.__kwdefaults__["domain"]
+
+
+@dataclass
+class PushTTrainArgs:
+    out: str = "out/pusht"
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    clips: int = 6000  # gym-pusht clips of 8 actions (9 frames) to generate (cosmos3_gym.world.pusht_data)
+    # (then --clips, --mix, --near-goal and --clips-per-episode are the file's)
+    clips_file: str = ""  # clips from a .npz of python -m cosmos3_gym.world.pusht_data --out, instead of generating
+    mix: str = ",".join(f"{kind}={share}" for kind, share in DEFAULT_MIX.items())  # shares of episodes per behaviour
+    near_goal: float = 0.25  # share of episodes starting with the block near the goal pose
+    clips_per_episode: int = 4  # consecutive clips per gym-pusht episode
+    data_workers: int = 12  # processes playing gym-pusht (the clips do not depend on it)
+    data_seed: int = 0  # the clips, the held-out split's batches and the batches' draws
+    held_out: float = 0.05  # share of episodes held out (their clips are never trained on)
+    init_seed: int = 0  # the untrained weights
+    # (then --hidden-size, --layers and --vae-base-dim are the checkpoint's)
+    init_from: str = ""  # a checkpoint whose transformer and VAE to continue training
+    hidden_size: int = 192  # the transformer's width (a multiple of 64; the procedural world's model has 128)
+    layers: int = 8  # the transformer's layers (the procedural world's model has 4)
+    vae_base_dim: int = 16  # the VAE's base channels
+    vae_steps: int = 2000
+    vae_batch: int = 8  # clips per VAE step, each a 9-frame canvas of the resolution tier
+    vae_lr: float = 1e-3
+    kl_weight: float = 1e-6
+    vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it
+    steps: int = 20000
+    batch: int = 64
+    lr: float = 5e-4
+    uncond_prob: float = 0.1  # the env's unconditional prompt in place of its prompt (classifier-free guidance)
+    # (forward dynamics is what the env runs; the policy learns from the scripted pushes)
+    task_weights: str = "forward_dynamics=6,inverse_dynamics=1,policy=1"  # the transformer's tasks and their weights
+    log_every: int = 50
+    max_minutes: float = 0.0  # > 0: the whole run (data included) ends its training after this long, then saves
+
+    def __post_init__(self):  # before anything loads: a typo fails in a second, not after the data
+        require_at_least(self, clips=1, clips_per_episode=1, data_workers=1, hidden_size=64, layers=1,
+                         vae_base_dim=4, vae_steps=0, vae_batch=1, steps=1, batch=1, log_every=1)
+        checked_device(self.device, name="--device", cpu_hint="--device cpu")
+        parse_mix(self.mix)
+        for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
+        if self.clips_file and not Path(self.clips_file).is_file():
+            raise ValueError(f"--clips-file {self.clips_file} is not a file; write one with "
+                             "python -m cosmos3_gym.world.pusht_data --out FILE.npz")
+        weights = parse_task_weights(self.task_weights)
+        if set(weights) - set(ROBOT_TASKS):
+            raise ValueError(f"--task-weights {self.task_weights!r}: PushT clips have no captions; use the action "
+                             f"tasks {[str(task) for task in ROBOT_TASKS]}")
+        if Task.POLICY in weights and not self.clips_file and not parse_mix(self.mix).get("push"):
+            raise ValueError("--task-weights has policy, which learns from the scripted pushes, but --mix has no push")
+        if self.hidden_size % (2 * HEAD_DIM):
+            raise ValueError(f"--hidden-size {self.hidden_size} is not a multiple of {2 * HEAD_DIM} "
+                             f"(heads of {HEAD_DIM}, two per key-value head)")
+        if not self.init_from and checkpoint_megabytes(self) > MAX_MEGABYTES:
+            raise ValueError(f"--hidden-size {self.hidden_size} --layers {self.layers} --vae-base-dim "
+                             f"{self.vae_base_dim} make a {checkpoint_megabytes(self):.1f} MB checkpoint, more than "
+                             f"{MAX_MEGABYTES:g} MB; use fewer layers or a smaller width")
+
+    # what the env feeds the model, for world_model.training_batch: the env's, never flags
+    @property
+    def domain(self) -> str:
+        return ENV_DOMAIN
+
+    @property
+    def resolution_tier(self) -> int:
+        return ENV_PRESET.resolution_tier
+
+    @property
+    def view_point(self) -> str:
+        return ENV_PRESET.view_point
+
+
+def parse_mix(spec: str) -> dict[str, float]:
+    """``"random_walk=0.5,push=0.5"`` as ``{"random_walk": 0.5, "push": 0.5}`` (shares of :data:`KINDS`)."""
+    try:
+        mix = {name: float(share) for name, share in (item.split("=") for item in spec.split(","))}
+    except ValueError:
+        mix = {}
+    if not mix or set(mix) - set(KINDS) or min(mix.values()) < 0 or sum(mix.values()) <= 0:
+        raise ValueError(f"--mix {spec!r} is not name=share pairs with non-negative shares of {list(KINDS)}")
+    return mix
+
+
+def sized_configs(args: PushTTrainArgs) -> tuple[dict, dict]:
+    """The tiny model's transformer and VAE configs at ``args``' width, depth and VAE channels."""
+    heads = args.hidden_size // HEAD_DIM
+    transformer = {**TRANSFORMER_CONFIG, "hidden_size": args.hidden_size, "num_attention_heads": heads,
+                   "num_key_value_heads": heads // 2, "intermediate_size": 3 * args.hidden_size,
+                   "num_hidden_layers": args.layers}
+    return transformer, {**VAE_CONFIG, "base_dim": args.vae_base_dim}
+
+
+def checkpoint_megabytes(args: PushTTrainArgs) -> float:
+    """The fp32 weights of the transformer and VAE ``args`` ask for, counted without allocating them."""
+    from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
+
+    transformer, vae = sized_configs(args)
+    with torch.device("meta"):
+        modules = (Cosmos3OmniTransformer(vocab_size=len(build_tiny_tokenizer()), **transformer),
+                   AutoencoderKLWan(**vae))
+    return sum(p.numel() for module in modules for p in module.parameters()) * 4 / 1e6
+
+
+def pusht_components(args: PushTTrainArgs) -> dict:
+    """The tiny model's components with the transformer and VAE of ``args``: untrained (seeded as
+    :func:`~cosmos3_gym.model.tiny_model.build_tiny_components` seeds its own), or ``init_from``'s."""
+    from diffusers import AutoencoderKLWan, Cosmos3OmniTransformer
+
+    components = build_tiny_components(args.init_seed)
+    if args.init_from:
+        path = check_checkpoint(args.init_from)
+        return {**components, "transformer": load_component(Cosmos3OmniTransformer, path, "transformer", torch.float32),
+                "vae": load_component(AutoencoderKLWan, path, "vae", torch.float32)}
+    transformer_config, vae_config = sized_configs(args)
+    torch.manual_seed(args.init_seed)
+    transformer = Cosmos3OmniTransformer(vocab_size=len(components["text_tokenizer"]), **transformer_config)
+    scale_action_heads(transformer)
+    return {**components, "transformer": transformer, "vae": AutoencoderKLWan(**vae_config)}
+
+
+def load_clips(path: str) -> Clips:
+    """The clips of a file :meth:`~cosmos3_gym.world.pusht_data.Clips.save` wrote, checked against the env's shapes."""
+    with np.load(path) as data:
+        clips = Clips(**{field.name: data[field.name] for field in dataclasses.fields(Clips)})
+    if clips.frames.shape[1:] != (CHUNK + 1, SIZE, SIZE, 3):
+        raise ValueError(f"--clips-file {path}: clips of shape {clips.frames.shape[1:]}, but Cosmos3PushT-v0 "
+                         f"imagines {(CHUNK + 1, SIZE, SIZE, 3)} (chunks of {CHUNK} actions)")
+    return clips
+
+
+def subset(clips: Clips, keep: np.ndarray) -> Clips:
+    return Clips(**{field.name: getattr(clips, field.name)[keep] for field in dataclasses.fields(Clips)})
+
+
+def held_out_mask(clips: Clips, share: float) -> np.ndarray:
+    """The clips of the last ``share`` of the episodes (whole episodes: consecutive clips share a frame);
+    none unless at least one episode is left to train on."""
+    episodes = np.unique(clips.episodes)
+    count = int(round(share * len(episodes)))
+    if not 0 < count < len(episodes):
+        return np.zeros(len(clips), dtype=bool)
+    return np.isin(clips.episodes, episodes[-count:])
+
+
+def _progress(step: int, total: int, started: float, deadline: float) -> int:
+    """The learning-rate schedule's step: with a time budget the cosine decays on whichever of steps
+    and time runs out first."""
+    if started >= deadline or math.isinf(deadline):
+        return step
+    return max(step, int(total * (time.time() - started) / (deadline - started)))
+
+
+def train_vae(model, frames: np.ndarray, args: PushTTrainArgs, log: list, deadline: float) -> None:
+    """Reconstruction + a small KL term on clips along the env's path (padded into the tier's canvas,
+    encoded, cropped to the content, decoded), then the latent statistics of the cropped latents, so
+    that the transformer sees unit-scale latents where the env conditions it."""
+    from tqdm import tqdm
+
+    vae = model.vae
+    vae.train().requires_grad_(True)
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0, fused=_fused(args.device))
+    rng, started = np.random.default_rng([args.data_seed, 1]), time.time()
+    for step in tqdm(range(args.vae_steps), desc="vae"):
+        batch = frames[np.sort(rng.integers(0, len(frames), args.vae_batch))]
+        recon, target, kl = canvas_reconstruction(model, batch, args.resolution_tier)
+        mse = torch.nn.functional.mse_loss(recon, target)
+        progress = _progress(step, args.vae_steps, started, deadline)
+        _update(optimizer, mse + args.kl_weight * kl, vae.parameters(), _lr(progress, args.vae_steps, args.vae_lr))
+        out_of_time = time.time() > deadline
+        if step % args.log_every == 0 or step == args.vae_steps - 1 or out_of_time:
+            log.append({"stage": "vae", "step": step, "canvas_mse": mse.item()})
+        if out_of_time:
+            break
+    vae.eval().requires_grad_(False)
+    mean, std = latent_statistics(model, frames[:256], args.resolution_tier)
+    vae.register_to_config(latents_mean=mean, latents_std=std)
+
+
+@torch.no_grad()
+def latent_statistics(model, frames: np.ndarray, resolution_tier: int) -> tuple[list[float], list[float]]:
+    """Per channel, the mean and standard deviation of the VAE's latent means of the clips' content
+    (the canvas encoded, the latent cropped back), the part of the latent the transformer sees."""
+    latents = []
+    for start in range(0, len(frames), ENCODE_BATCH):
+        canvas, content = model.action_canvases(frames[start:start + ENCODE_BATCH], resolution_tier, NUM_FRAMES)
+        latents.append(crop_action_latent(model.pipeline, model.vae.encode(canvas).latent_dist.mode(), content))
+    latents = torch.cat(latents)
+    return latents.mean(dim=(0, 2, 3, 4)).tolist(), latents.std(dim=(0, 2, 3, 4)).tolist()
+
+
+@torch.no_grad()
+def pusht_pool(model, clips: Clips, resolution_tier: int, device) -> ActionPool:
+    """The clips encoded once as the env encodes its conditions (the VAE is causal: latent frame 0 is
+    also the forward-dynamics condition), with the env's prompt and its scaling of the actions."""
+    from tqdm import tqdm
+
+    latents = [model.encode_action_clips(clips.frames[start:start + ENCODE_BATCH], resolution_tier, NUM_FRAMES)
+               for start in tqdm(range(0, len(clips), ENCODE_BATCH), desc="encode clips")]
+    commands = torch.from_numpy(model_actions(clips.actions)).to(device)
+    return ActionPool([PROMPT] * len(clips), torch.cat(latents), commands)
+
+
+def pool_subset(pool: ActionPool, keep: np.ndarray) -> ActionPool:
+    index = np.flatnonzero(keep)
+    on_device = torch.from_numpy(index).to(pool.latents.device)
+    return ActionPool([pool.prompts[i] for i in index], pool.latents[on_device], pool.commands[on_device])
+
+
+@torch.no_grad()
+def fixed_batch(model, pool: ActionPool, args: PushTTrainArgs) -> tuple:
+    """One forward-dynamics batch of ``pool`` (the env's prompt, no unconditional rows) with its noise
+    and sigmas, drawn once: the same clips, noise and sigmas at every measurement."""
+    count = min(EVAL_BATCH, len(pool.prompts))
+    fixed = dataclasses.replace(args, batch=count, uncond_prob=0.0)
+    rows, x0, generated = training_batch(model, Task.FORWARD_DYNAMICS, fixed, None, np.random.default_rng(0), {},
+                                         {"dynamics": pool})
+    generator = torch.Generator().manual_seed(0)
+    noise = {name: torch.randn(x.shape, generator=generator).to(x.device) for name, x in x0.items()}
+    return rows, x0, generated, noise, torch.linspace(0.1, 0.9, count)
+
+
+@torch.no_grad()
+def held_out_losses(model, batch: tuple) -> dict[str, float]:
+    """The loss of a :func:`fixed_batch` under each clip's own actions and under the next clip's."""
+    rows, x0, generated, noise, sigma = batch
+    shuffled = {**x0, "action": x0["action"].roll(1, dims=0)}
+    return {"held_out": flow_matching_loss(model, rows, x0, generated, noise, sigma).item(),
+            "held_out_shuffled": flow_matching_loss(model, rows, shuffled, generated, noise, sigma).item()}
+
+
+def train_transformer(model, pools: dict[str, ActionPool], held_out: ActionPool | None, args: PushTTrainArgs,
+                      log: list, deadline: float) -> None:
+    """Flow matching on the tasks of ``task_weights`` (``pools``: ``"dynamics"``, every clip, for the
+    dynamics; ``"expert"``, the scripted pushes, for the policy), logging the held-out losses."""
+    from tqdm import tqdm
+
+    transformer = model.transformer
+    transformer.train().requires_grad_(True)
+    optimizer = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01, fused=_fused(args.device))
+    rng, tokens = np.random.default_rng(args.data_seed), {}
+    measured = fixed_batch(model, held_out, args) if held_out else None
+    weights = parse_task_weights(args.task_weights)
+    names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
+    schedule = [names[i] for i in rng.choice(len(names), size=args.steps, p=p)]
+    started = time.time()
+    for step, task in enumerate(tqdm(schedule, desc="transformer")):
+        rows, x0, generated = training_batch(model, task, args, None, rng, tokens, pools)
+        # sigma from a logit-normal, drawn on the host (world_model.train_transformer's draw)
+        sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float())
+        noise = {name: torch.randn_like(x) for name, x in x0.items()}
+        loss = flow_matching_loss(model, rows, x0, generated, noise, sigma)
+        _update(optimizer, loss, transformer.parameters(),
+                _lr(_progress(step, args.steps, started, deadline), args.steps, args.lr))
+        out_of_time = time.time() > deadline
+        if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
+            record = {"stage": "transformer", "step": step, "task": task, "loss": loss.item()}
+            log.append({**record, **(held_out_losses(model, measured) if measured else {})})
+        if out_of_time:
+            break
+    transformer.eval().requires_grad_(False)
+
+
+def main(argv=None) -> int:
+    args = parse_args(PushTTrainArgs, argv, __doc__, prog="python -m cosmos3_gym.train_pusht")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    start = time.time()
+    deadline = start + 60 * args.max_minutes if args.max_minutes > 0 else float("inf")
+    log: list = []
+    # 1. the clips: gym-pusht played headless (or a file of them); whole episodes held out
+    if args.clips_file:
+        clips, source = load_clips(args.clips_file), {"file": args.clips_file}
+    else:
+        clips = generate(args.clips, CHUNK, args.data_seed, parse_mix(args.mix), args.clips_per_episode,
+                         args.near_goal, args.data_workers)
+        source = {"generated": {"mix": parse_mix(args.mix), "near_goal": args.near_goal,
+                                "clips_per_episode": args.clips_per_episode, "seed": args.data_seed}}
+    data_seconds = time.time() - start
+    held = held_out_mask(clips, args.held_out)
+    training = subset(clips, ~held)
+    expert = training.kinds == KINDS.index("push")
+    if Task.POLICY in parse_task_weights(args.task_weights) and not expert.any():
+        raise ValueError("--task-weights has policy, which learns from the scripted pushes, but no training clip is "
+                         "one; add push to --mix (or a clips file with pushes), or leave policy out")
+    # 2. the model: the tiny components at the asked size (or a checkpoint to continue)
+    components = pusht_components(args)
+    components["vae"].to(args.device)
+    # 3. the VAE along the env's path, and its latent statistics (the VAE stage ends at its share of the budget)
+    if args.vae_steps:
+        vae_deadline = start + 60 * args.max_minutes * args.vae_share if args.max_minutes > 0 else float("inf")
+        train_vae(trainable_model(components, args.device), training.frames, args, log, vae_deadline)
+    model = trainable_model(components, args.device)  # anew: its pipeline reads the VAE's new latent statistics
+    # 4. the clips encoded once, as the env encodes its conditions
+    everything = pusht_pool(model, clips, args.resolution_tier, args.device)
+    pools = {"dynamics": pool_subset(everything, ~held)}
+    if expert.any():
+        pools["expert"] = pool_subset(pools["dynamics"], expert)
+    held_out = pool_subset(everything, held) if held.any() else None
+    # 5. the transformer: flow matching on forward dynamics, inverse dynamics and the policy
+    train_transformer(model, pools, held_out, args, log, deadline)
+    # 6. the checkpoint, its record and its curve
+    for name in ("transformer", "vae"):
+        components[name].to("cpu")
+    out = Path(args.out)
+    save_checkpoint(out, components)
+    weights = sorted(out.glob("*/*.safetensors"))
+    record = {"command": "python -m cosmos3_gym.train_pusht " + " ".join(sys.argv[1:] if argv is None else argv),
+              "args": dataclasses.asdict(args), "seeds": {"data": args.data_seed, "init": args.init_seed},
+              "data": {**source, **clips.summary(), "held_out_clips": int(held.sum()),
+                       "seconds": round(data_seconds, 1)},
+              "env": {"prompt": PROMPT, "domain": args.domain, "resolution_tier": args.resolution_tier,
+                      "view_point": args.view_point, "frames": [CHUNK + 1, SIZE, SIZE]},
+              "megabytes": round(sum(path.stat().st_size for path in weights) / 1e6, 2),
+              "minutes": round((time.time() - start) / 60, 2),
+              "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
+              "torch": torch.__version__, "log": log}
+    if args.init_from and (Path(args.init_from) / "training.json").exists():  # the runs these weights continue
+        record["continues"] = json.loads((Path(args.init_from) / "training.json").read_text())
+    (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+    plot_curve(log, out / "training_curve.png")
+    last = [r for r in log if r["stage"] == "transformer"][-1]
+    print(f"wrote {out} ({record['megabytes']} MB) in {record['minutes']} min; last transformer record: {last}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The PushT trainer (cosmos3_gym.train_pusht): it feeds the model what Cosmos3PushT-v0 feeds it, it
+learns, it keeps to its time budget, and what it writes runs in the env."""
+
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("gym_pusht")
+
+from cosmos3_gym.model.tasks import checked_domain  # noqa: E402
+from cosmos3_gym.train.world_model import trainable_model, training_batch  # noqa: E402
+from cosmos3_gym.train_pusht import PushTTrainArgs, fixed_batch, held_out_losses, main, pusht_components, \
+    pusht_pool, train_transformer  # noqa: E402
+from cosmos3_gym.world.pusht import Cosmos3PushTVectorEnv, PushTTwinEnv  # noqa: E402
+from cosmos3_gym.world.pusht_coverage import make_pusht  # noqa: E402
+from cosmos3_gym.world.pusht_data import Clips, generate  # noqa: E402
+
+SMALL = dict(device="cpu", hidden_size=64, layers=1, vae_base_dim=4, batch=2)  # a model that trains in seconds
+
+
+@pytest.fixture(scope="module")
+def clips():
+    return generate(2, seed=3, mix={"push": 1.0}, clips_per_episode=2, progress=False)
+
+
+def _clip(seed: int, actions: np.ndarray) -> Clips:
+    """gym-pusht's reset(seed) frame and the frames the actions cause (the twin's), as one clip."""
+    twin = PushTTwinEnv()
+    first, _ = twin.reset(seed=seed)
+    _, _, _, _, info = twin.step(actions)
+    twin.close()
+    zeros = np.zeros(1)
+    return Clips(frames=np.concatenate([first[None], info["frames"]])[None], actions=actions[None], kinds=zeros,
+                 block_poses=zeros, agent_positions=zeros, coverages=zeros, episodes=zeros)
+
+
+def test_training_batches_are_what_the_env_feeds_the_model(tiny_model):
+    """A second code path: the env's own step on the same frame and actions, read back from its
+    trajectory, whose clean elements are the env's conditioning. The trainer's clip latent frame 0 is
+    the env's condition, its actions the env's, and its rows the engine's prompt tokens (conditional
+    and unconditional), fps, clean frames and actions, domain and latent grid."""
+    actions = np.random.default_rng(0).uniform(0, 512, (8, 2)).astype(np.float32)
+    pool = pusht_pool(tiny_model, _clip(5, actions), PushTTrainArgs(**SMALL).resolution_tier, "cpu")
+    env = Cosmos3PushTVectorEnv(1, model=tiny_model, num_steps=1, exact_coverage=False)
+    env.reset(seed=5)
+    _, _, _, _, infos = env.step(actions[None])
+    env.close()
+    trajectory = infos["trajectory"][0]
+    condition, given = trajectory.latents[0], trajectory.action_latents[0]
+    assert trajectory.clean_frames == [0] and trajectory.action_mode == "forward_dynamics"
+    torch.testing.assert_close(pool.latents[0][:, 0], condition[:, 0], rtol=0, atol=1e-5)
+    for uncond_prob, ids in ((0.0, trajectory.cond_ids), (1.0, trajectory.uncond_ids)):
+        args = PushTTrainArgs(**{**SMALL, "batch": 1, "uncond_prob": uncond_prob})
+        rows, x0, generated = training_batch(tiny_model, "forward_dynamics", args, None, np.random.default_rng(0), {},
+                                             {"dynamics": pool})
+        (row,) = rows
+        assert list(row.input_ids) == ids
+        assert row.fps == trajectory.fps and list(row.clean_frames) == trajectory.clean_frames
+        assert list(row.clean_actions) == trajectory.clean_actions
+        assert row.domain_id == checked_domain(trajectory.domain, tiny_model.transformer.config.action_dim)[0]
+        assert x0["video"].shape[1:] == condition.shape
+        torch.testing.assert_close(x0["action"][0], given, rtol=0, atol=0)
+
+
+def test_the_loss_on_a_fixed_batch_drops_on_a_tiny_set(clips):
+    args = PushTTrainArgs(**SMALL, steps=12, lr=0.03, log_every=100, task_weights="forward_dynamics=1")
+    model = trainable_model(pusht_components(args), "cpu")
+    pool = pusht_pool(model, clips, args.resolution_tier, "cpu")
+    batch = fixed_batch(model, pool, args)
+    before = held_out_losses(model, batch)["held_out"]
+    train_transformer(model, {"dynamics": pool}, None, args, [], math.inf)
+    assert held_out_losses(model, batch)["held_out"] < 0.7 * before
+
+
+def test_a_run_out_of_time_still_saves_a_checkpoint_the_env_runs(tmp_path):
+    """A time budget already spent when training starts: each stage takes one step, logs it and ends;
+    the run saves, records itself, and its checkpoint imagines in Cosmos3PushT-v0 from gym-pusht's frame."""
+    main(["--device", "cpu", "--hidden-size", "64", "--layers", "1", "--vae-base-dim", "4", "--batch", "2",
+          "--clips", "4", "--clips-per-episode", "2", "--held-out", "0.5", "--mix", "push=1", "--data-workers", "1",
+          "--vae-steps", "50", "--vae-batch", "1", "--steps", "50", "--max-minutes", "0.0001", "--out", str(tmp_path)])
+    record = json.loads((tmp_path / "training.json").read_text())
+    assert [(r["stage"], r["step"]) for r in record["log"]] == [("vae", 0), ("transformer", 0)]
+    assert {"loss", "held_out", "held_out_shuffled"} <= set(record["log"][1])
+    assert record["data"]["clips"] == 4 and record["data"]["held_out_clips"] == 2
+    assert record["seeds"] == {"data": 0, "init": 0} and record["minutes"] > 0 and 0 < record["megabytes"] < 40
+    assert record["command"].startswith("python -m cosmos3_gym.train_pusht --device cpu")
+    assert (tmp_path / "training_curve.png").read_bytes()[:4] == b"\x89PNG"
+    env = gym.make("Cosmos3PushT-v0", checkpoint=str(tmp_path), num_steps=1, exact_coverage=False, device="cpu")
+    obs, _ = env.reset(seed=0)
+    assert env.unwrapped.vector.model.transformer.config.hidden_size == 64
+    np.testing.assert_array_equal(obs, make_pusht().reset(seed=0)[0])
+    obs, reward, *_ = env.step(env.action_space.sample())
+    env.close()
+    assert obs.shape == (96, 96, 3) and obs.dtype == np.uint8 and np.isfinite(reward)
+
+
+def test_a_checkpoint_over_the_size_limit_is_refused_before_anything_loads(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu", "--hidden-size", "512", "--out", str(tmp_path / "run")])
+    assert exit_info.value.code == 2 and "MB checkpoint, more than 40 MB" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
