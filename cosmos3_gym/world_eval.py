@@ -36,12 +36,17 @@ class WorldEvalArgs:
     goal: str = ""  # "" a random corner per episode (the scripted policies read it from the prompt), or e.g. "top left"
     seed: int = 0  # reset seeds seed ..; also the shuffle, the random actions and the bootstrap
     checkpoint: str = ""  # the world model's weights (default: the embedded model)
+    # >= 2: the imagined world also samples each step this many times and reports their spread as
+    # info["disagreement"]; the report then says how well it flags exploits (AUROC). 0: off (K times slower when on)
+    disagreement: int = 0
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
     progress: bool = True  # tqdm bars
 
     def __post_init__(self):
         require_at_least(self, episodes=2)
+        if self.disagreement == 1 or self.disagreement < 0:
+            raise ValueError(f"--disagreement {self.disagreement}: use 0 (off) or a number of samples >= 2")
         try:
             self.steps_list = [int(s) for s in self.num_steps.split(",")]
             self.noise_list = [float(s) for s in self.noise_levels.split(",")]
@@ -65,7 +70,8 @@ def main(argv=None) -> dict:
     policies = scripted_policies(chunk=truth.action_space.shape[0], noise_levels=args.noise_list)
     records, started, cpu = {}, time.perf_counter(), time.process_time()
     for num_steps in args.steps_list:
-        dream = gym.make("Cosmos3World-v0", num_steps=num_steps, goal=goal, model=model)
+        dream = gym.make("Cosmos3World-v0", num_steps=num_steps, goal=goal, model=model,
+                         disagreement=args.disagreement)
         label = f"num_steps={num_steps}"
         records[label] = evaluate_world(dream, truth, policies, episodes=args.episodes, seed=args.seed,
                                         label=label, progress=args.progress)
@@ -74,6 +80,7 @@ def main(argv=None) -> dict:
     goal_flag = f" --goal {args.goal!r}" if args.goal else ""
     header = (f"# cosmos3-gym world-eval --episodes {args.episodes} --num-steps {args.num_steps} "
               f"--noise-levels {args.noise_levels} --seed {args.seed}{goal_flag}"
+              + (f" --disagreement {args.disagreement}" if args.disagreement else "") +
               f" --device {args.device}; {platform.machine()}, torch {torch.__version__}, "
               f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")
     sections = [header]

@@ -156,6 +156,15 @@ def mmrv(true: Sequence[float], imagined: Sequence[float]) -> float:
     return float(gaps.max(axis=1).mean())
 
 
+def auroc(positives: Sequence[float], negatives: Sequence[float]) -> float | None:
+    """The probability that a random positive scores above a random negative (ties count half): the
+    area under the ROC curve of the score as a detector of positives; None without both kinds."""
+    if not len(positives) or not len(negatives):
+        return None
+    p, n = np.asarray(positives, float)[:, None], np.asarray(negatives, float)[None, :]
+    return float(np.mean((p > n) + 0.5 * (p == n)))
+
+
 def rank_agreement(true: Sequence[float], imagined: Sequence[float]) -> dict:
     """``{"pearson", "spearman", "mmrv"}`` of per-policy scores (None where undefined)."""
     return {"pearson": _finite(pearson(true, imagined)), "spearman": _finite(spearman(true, imagined)),
@@ -246,9 +255,10 @@ def _success(info: dict, terminated: bool) -> bool:
 def run_episode(env, seed: int, act: Callable[[Any, dict, int], Any], max_steps: int | None = None) -> dict:
     """One episode from ``env.reset(seed=seed)``; ``act(obs, info, step) -> action`` (None ends the
     episode early). Returns ``{"observations": [the obs after each step], "actions", "rewards",
-    "return", "success", "steps"}``; success is whether the episode ended in one."""
+    "disagreement" (each step's ``info["disagreement"]``, where the env reports one), "return",
+    "success", "steps"}``; success is whether the episode ended in one."""
     obs, info = env.reset(seed=int(seed))
-    out = {"observations": [], "actions": [], "rewards": [], "success": False}
+    out = {"observations": [], "actions": [], "rewards": [], "disagreement": [], "success": False}
     step = 0
     while max_steps is None or step < max_steps:
         action = act(obs, info, step)
@@ -258,6 +268,8 @@ def run_episode(env, seed: int, act: Callable[[Any, dict, int], Any], max_steps:
         out["observations"].append(obs)
         out["actions"].append(np.asarray(action))
         out["rewards"].append(float(reward))
+        if isinstance(info, Mapping) and info.get("disagreement") is not None:
+            out["disagreement"].append(float(info["disagreement"]))
         step += 1
         if _success(info, terminated):
             out["success"] = True
@@ -422,16 +434,23 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
         won = [(s, r) for s, r in zip(seeds, runs["imagined"]) if r["success"]]
         row["imagined_successes"] = len(won)
         if exploits:
-            failed = [s for s, r in won if not replay(truth, s, r["actions"])["success"]]
+            held = [replay(truth, s, r["actions"])["success"] for s, r in won]
+            failed = [s for (s, _), ok in zip(won, held) if not ok]
             row.update(exploits=len(failed), exploit_seeds=failed,
                        exploit_rate=len(failed) / len(won) if won else None)
+            # the largest disagreement of each imagined success's episode, where the env reports one
+            row["disagreement"] = [{"max": max(r["disagreement"]), "exploit": not ok}
+                                   for (_, r), ok in zip(won, held) if r["disagreement"]]
         rows.append(row)
     agreement = {metric: rank_agreement([r["true"][metric] for r in rows], [r["imagined"][metric] for r in rows])
                  for metric in ("success", "return")}
     out = {"policies": rows, "agreement": agreement}
     if exploits:
         total, bad = sum(r["imagined_successes"] for r in rows), sum(r["exploits"] for r in rows)
-        out["exploit"] = {"rate": bad / total if total else None, "exploits": bad, "imagined_successes": total}
+        flagged = [d for r in rows for d in r["disagreement"]]
+        out["exploit"] = {"rate": bad / total if total else None, "exploits": bad, "imagined_successes": total,
+                          "disagreement_auroc": auroc([d["max"] for d in flagged if d["exploit"]],
+                                                      [d["max"] for d in flagged if not d["exploit"]])}
     return out
 
 
@@ -476,7 +495,8 @@ def key_numbers(record: dict) -> dict:
     sens, agree = record["sensitivity"], record["agreement"]
     return {"ratio": sens["ratio"], "zero_ratio": sens["zero_ratio"], "median_error": sens["median_error"],
             "success": agree["success"], "return": agree["return"],
-            "exploit_rate": record.get("exploit", {}).get("rate")}
+            "exploit_rate": record.get("exploit", {}).get("rate"),
+            "disagreement_auroc": record.get("exploit", {}).get("disagreement_auroc")}
 
 
 def markdown_report(record: dict) -> str:
@@ -513,8 +533,11 @@ def markdown_report(record: dict) -> str:
     if "exploit" in record:
         ex = record["exploit"]
         rate = "n/a" if ex["rate"] is None else f"{100 * ex['rate']:.0f}%"
+        auc = ex.get("disagreement_auroc")
         lines.append(f"- exploit rate: **{rate}** ({ex['exploits']} of {ex['imagined_successes']} imagined "
-                     "successes fail when their actions are replayed in the true world)")
+                     "successes fail when their actions are replayed in the true world)"
+                     + ("" if auc is None else f"; the episode's largest `info['disagreement']` tells exploits "
+                        f"from real successes with AUROC **{auc:.2f}** (0.5: no better than chance)"))
     return "\n".join(lines)
 
 

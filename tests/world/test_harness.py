@@ -121,7 +121,7 @@ def test_a_world_that_pushes_to_the_goal_whatever_the_agent_does(truth):
     assert by_name["greedy"]["exploit_rate"] == 0.0
     total = EPISODES * len(record["policies"])
     assert record["exploit"] == {"rate": pytest.approx(exploits / total), "exploits": exploits,
-                                 "imagined_successes": total}
+                                 "imagined_successes": total, "disagreement_auroc": None}
     assert record["agreement"]["success"]["spearman"] is None  # imagined success is 1 for every policy
 
 
@@ -130,7 +130,7 @@ def test_a_frozen_world_ignores_actions_and_never_succeeds(truth):
     sens = record["sensitivity"]
     assert sens["ratio"] == pytest.approx(1.0) and sens["zero_ratio"] == pytest.approx(1.0)
     assert sens["pairs"]["true"] > 3 * EPISODES
-    assert record["exploit"] == {"rate": None, "exploits": 0, "imagined_successes": 0}
+    assert record["exploit"] == {"rate": None, "exploits": 0, "imagined_successes": 0, "disagreement_auroc": None}
     true = np.array([r["true"]["success"] for r in record["policies"]])
     # every imagined score ties: each policy's worst violation is its true lead over the worst policy
     assert record["agreement"]["success"]["mmrv"] == pytest.approx(float(np.mean(true - true.min())))
@@ -232,3 +232,42 @@ def test_the_harness_runs_on_cosmos3_world(tiny_model):
     assert sens["pairs"]["true"] >= 2 and sens["median_error"]["shuffled"] is not None
     assert [r["name"] for r in record["policies"]] == ["greedy", "still"]
     assert record["policies"][0]["true"]["success"] == 1.0 and record["policies"][1]["true"]["success"] == 0.0
+
+
+def test_auroc_counts_the_pairs_a_score_orders_rightly():
+    from cosmos3_gym.world.harness import auroc
+
+    assert auroc([3, 4], [1, 2]) == 1.0 and auroc([1, 2], [3, 4]) == 0.0 and auroc([1], [1]) == 0.5
+    assert auroc([], [1]) is None and auroc([1], []) is None
+    rng = np.random.default_rng(0)
+    pos, neg = rng.normal(1, 1, 37), rng.normal(0, 1, 41)
+    pairs = [(1.0 if p > n else 0.5 if p == n else 0.0) for p in pos for n in neg]  # every pair, one by one
+    assert auroc(pos, neg) == pytest.approx(sum(pairs) / len(pairs), abs=1e-12)
+    # two equal normals a standard deviation apart: Phi(1 / sqrt 2) = 0.760 in the limit
+    assert auroc(rng.normal(1, 1, 4000), rng.normal(0, 1, 4000)) == pytest.approx(0.760, abs=0.02)
+
+
+def test_exploits_are_scored_by_the_episodes_disagreement(truth):
+    """A stand-in world that makes up a success whenever the agent stands still, reporting a high
+    disagreement exactly there: the AUROC is 1; reporting it on the real successes instead gives 0."""
+    import gymnasium as gym
+
+    from cosmos3_gym.world.harness import evaluate_policies, scripted_policies
+
+    class Flagging(gym.Wrapper):
+        def __init__(self, env, on_fake: bool):
+            super().__init__(env)
+            self.on_fake = on_fake
+
+        def step(self, action):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            fake = not np.any(action)
+            info = {**info, "success": bool(info["success"] or fake), "disagreement": float(fake == self.on_fake)}
+            return obs, reward, terminated or fake, truncated, info
+
+    policies = {k: v for k, v in scripted_policies().items() if k in ("greedy", "still")}
+    for on_fake, expected in ((True, 1.0), (False, 0.0)):
+        record = evaluate_policies(Flagging(gym.make("ProceduralWorld-v0"), on_fake), truth, policies, range(6),
+                                   progress=False)
+        ex = record["exploit"]
+        assert ex["exploits"] == 6 and ex["imagined_successes"] == 12 and ex["disagreement_auroc"] == expected

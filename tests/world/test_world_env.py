@@ -104,7 +104,9 @@ def test_vector_env_i_equals_the_single_env_with_seed_s_plus_i(world):
         env = world()
         env.reset(seed=40 + i)
         single, reward, _, _, info = env.step(actions[i])
-        torch.testing.assert_close(info["trajectory"].latents, infos["trajectory"][i].latents, rtol=0, atol=1e-5)
+        # the vector env encodes its envs' frames in one VAE call: rounding of order 1e-6 in the condition,
+        # 2e-5 after the denoising steps (benchmarks/world_batching_cpu.txt)
+        torch.testing.assert_close(info["trajectory"].latents, infos["trajectory"][i].latents, rtol=0, atol=1e-4)
         assert np.abs(single.astype(int) - obs[i].astype(int)).max() <= 1
         assert reward == pytest.approx(rewards[i], abs=0.05)
 
