@@ -9,6 +9,7 @@ torch on 1 CPU thread unless --threads N or OMP_NUM_THREADS says otherwise.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -183,15 +184,20 @@ def check(args) -> int:
               cosmos3_gym.WORLD_ENV_IDS]
     failures = 0
     for env_id, kwargs, mode in cases:
+        caught: list[warnings.WarningMessage] = []
         for checker in ("gymnasium", "sb3"):
-            env = gym.make(env_id, **kwargs).unwrapped
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    if checker == "gymnasium":
-                        gym_check_env(env)
-                    else:
-                        sb3_check_env(env, warn=True)
+                with warnings.catch_warnings(record=True) as recorded:  # reported below, once each
+                    warnings.simplefilter("always")
+                    env = gym.make(env_id, **kwargs).unwrapped
+                    try:
+                        if checker == "gymnasium":
+                            gym_check_env(env)
+                        else:
+                            sb3_check_env(env, warn=True)
+                    finally:
+                        env.close()
+                caught += recorded
                 status = "ok"
                 if checker == "sb3" and isinstance(env.action_space, gym.spaces.Dict):
                     status = ("checked, but SB3's algorithms take no Dict action space (noise mode of a "
@@ -202,10 +208,23 @@ def check(args) -> int:
                 else:
                     failures += 1
                     status = f"FAILED: {error}"
-            finally:
-                env.close()
+                caught += recorded
             print(f"{env_id:<34} {mode or '-':<8} {checker:<10} {status}")
+        for message in _plain_warnings(caught):  # on stderr: stdout keeps one line per check
+            print(f"{env_id:<34} {mode or '-':<8} warning    {message}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _plain_warnings(caught) -> list[str]:
+    """The text of each distinct warning, in order, without the terminal colour codes Gymnasium
+    wraps its own in (``\\x1b[33mWARN: ...\\x1b[0m``) or its ``WARN:`` prefix."""
+    messages = []
+    for warning in caught:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(warning.message)).strip()
+        text = text.removeprefix("WARN:").strip()
+        if text not in messages:
+            messages.append(text)
+    return messages
 
 
 def world_eval(argv: list[str]) -> int:
@@ -388,7 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="run Gymnasium's and SB3's env checkers on every env id",
                        description="Run Gymnasium's check_env and SB3's check_env on every registered env id: the "
                        "rollout presets in control and noise action modes (2 denoising steps each) and the world "
-                       "envs; print one line per check and exit 1 if any failed. SB3 refuses noise mode by design "
+                       "envs; print one line per check and exit 1 if any failed, and on stderr each distinct warning the "
+                       "checkers raised for an env, once, as plain text. SB3 refuses noise mode by design "
                        "(an unbounded action space): that line reports SB3's own message; where SB3's checker "
                        "passes a Dict action space (noise mode of the sound and action envs), the line says that "
                        "SB3's algorithms do not take it.")

@@ -1,5 +1,6 @@
 """The examples run (at a small scale) and the notebook executes, so that none of them rots."""
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -28,7 +29,7 @@ def test_quickstart(tmp_path):
 
 
 def test_ppo_control_smoke(tmp_path):
-    out = run("ppo_control.py", "--num-envs", "4", "--total-timesteps", "256", tmp_path=tmp_path)
+    out = run("ppo_control.py", "--quick", "--num-envs", "4", "--total-timesteps", "256", tmp_path=tmp_path)
     assert "episodes; mean reward" in out and (tmp_path / "ppo_reward.png").exists()
 
 
@@ -39,8 +40,8 @@ def test_grpo_finetune_smoke(tmp_path):
 
 
 def test_policy_grpo_smoke(tmp_path):
-    out = run("policy_grpo.py", "--num-groups", "2", "--group-size", "2", "--num-steps", "2", "--iterations", "2",
-              tmp_path=tmp_path)
+    out = run("policy_grpo.py", "--quick", "--num-groups", "2", "--group-size", "2", "--num-steps", "2",
+              "--iterations", "2", tmp_path=tmp_path)
     assert "weights_version 2" in out and (tmp_path / "policy_grpo.png").exists()
     record = json.loads((tmp_path / "policy_grpo.json").read_text())
     first = float(re.search(r"over the first 1 iterations: ([0-9.]+)", out).group(1))
@@ -53,6 +54,23 @@ def test_dream_to_real_smoke(tmp_path):
               "--eval-episodes", "2", tmp_path=tmp_path)
     assert "PPO trained in imagination" in out and (tmp_path / "dream_to_real.png").exists()
     assert (tmp_path / "dream_to_real.txt").read_text().strip().splitlines()[-1].startswith("dream / real:")
+
+
+@pytest.mark.parametrize("script, quick", [("ppo_control.py", {"total_timesteps": 4096}),
+                                           ("policy_grpo.py", {"iterations": 20})])
+def test_quick_takes_its_values_where_no_flag_is_given(script, quick, monkeypatch):
+    """--quick replaces the defaults it names (the smoke runs above pass it with smaller flags,
+    which win); the full defaults stay without it."""
+    spec = importlib.util.spec_from_file_location(script[:-3], EXAMPLES / script)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    assert module.Args.QUICK == quick
+    default, fast = module.Args(), module.Args(quick=True)
+    for name, value in quick.items():
+        assert getattr(fast, name) == value != getattr(default, name)
+        assert getattr(module.Args(quick=True, **{name: 3 * value}), name) == 3 * value
+    assert "--quick" in module.__doc__
 
 
 @pytest.mark.parametrize("script, flags, message", [
