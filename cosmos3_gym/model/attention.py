@@ -16,8 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .diffusers_private import rotate_half
-from .decoder_layer import install_fused_layers, remove_fused_layers
-from .packing import FlexLayout, PackedRows, RowLayout
+from .packing import FlexLayout, PackedRows
 
 
 @functools.cache
@@ -39,19 +38,9 @@ def _norm_rope(norm, x, cos, sin):
     return _rope(norm(x), cos, sin)
 
 
-def _norm_rope_into(out, norm, x, cos, sin):
-    """:func:`_norm_rope` written into ``out`` (a slice of a key buffer; compiled, no intermediate)."""
-    out.copy_(_rope(norm(x), cos, sin))
-
-
 @functools.cache
 def _compiled_norm_rope():
     return torch.compile(_norm_rope)
-
-
-@functools.cache
-def _compiled_norm_rope_into():
-    return torch.compile(_norm_rope_into)
 
 
 class PackedRowsAttnProcessor:
@@ -75,12 +64,8 @@ class PackedRowsAttnProcessor:
         norm_rope = _compiled_norm_rope() if self.shared.compiled else _norm_rope
         heads, kv_heads, head_dim = attn.num_attention_heads, attn.num_key_value_heads, attn.head_dim
         cos_und, sin_und, cos_gen, sin_gen = (t.unsqueeze(1) for t in rotary_emb)
-        # Run buffers serve inference only: a buffer's keys are overwritten by the next layer.
-        buffered = self.shared.run_buffers and isinstance(packed.layout, RowLayout) and not torch.is_grad_enabled()
         q_gen = norm_rope(attn.norm_added_q, attn.add_q_proj(gen_seq).view(-1, heads, head_dim), cos_gen, sin_gen)
-        k_gen = attn.add_k_proj(gen_seq).view(-1, kv_heads, head_dim)
-        if not buffered:
-            k_gen = norm_rope(attn.norm_added_k, k_gen, cos_gen, sin_gen)
+        k_gen = norm_rope(attn.norm_added_k, attn.add_k_proj(gen_seq).view(-1, kv_heads, head_dim), cos_gen, sin_gen)
         v_gen = attn.add_v_proj(gen_seq).view(-1, kv_heads, head_dim)
         if self.shared.text_cached:
             k_und_for_gen, v_und = packed.text_cache[self.layer]
@@ -94,86 +79,39 @@ class PackedRowsAttnProcessor:
             k_und_for_gen = _rope(k_und_for_gen, cos_und, sin_und)
             self.shared.new_text_cache[self.layer] = (k_und_for_gen, v_und)
             und_out = (q_und, k_und, v_und)
-        if buffered:
-            norm_rope_into = _compiled_norm_rope_into() if self.shared.compiled else _norm_rope_into
-            gen_out = self._sdpa_run_buffers(packed.layout, attn, k_und_for_gen, v_und, q_gen, k_gen, v_gen,
-                                             cos_gen, sin_gen, norm_rope_into)
-            und_out = self._sdpa_und(packed.layout, und_out)
-        else:
-            attend = self._flex if isinstance(packed.layout, FlexLayout) else self._sdpa
-            und_out, gen_out = attend(packed.layout, und_out, k_und_for_gen, v_und, q_gen, k_gen, v_gen)
-            gen_out = attn.to_add_out(gen_out)
+        attend = self._flex if isinstance(packed.layout, FlexLayout) else self._sdpa
+        und_out, gen_out = attend(packed.layout, und_out, k_und_for_gen, v_und, q_gen, k_gen, v_gen)
         und_out = und_seq.new_zeros(0, attn.to_out.out_features) if und_out is None else attn.to_out(und_out)
-        return und_out, gen_out
+        return und_out, attn.to_add_out(gen_out)
 
     @staticmethod
-    def _runs_of(layout, x, length_at):
-        """Packed ``[L, h, d]`` -> per run ``[rows, length, h, d]`` (views; the backward is one
-        concatenation, where slicing run by run would add one full-size gradient per run)."""
-        sizes = [run[2] * run[length_at] for run in layout.runs]
-        return [part.view(run[2], run[length_at], *x.shape[1:]) for part, run in zip(x.split(sizes), layout.runs)]
+    def _sdpa(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):
+        # Each packed stream is split into its runs once (views; the backward is one concatenation,
+        # where slicing run by run would add one full-size gradient per run).
+        und_sizes = [rows * und_len for _, _, rows, und_len, _ in layout.runs]
+        gen_sizes = [rows * gen_len for _, _, rows, _, gen_len in layout.runs]
 
-    @staticmethod
-    def _attend(q, k, v, causal):
-        """SDPA over ``[rows, length, h, d]`` each -> ``[rows * length, h * d]``."""
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             is_causal=causal, enable_gqa=True)
-        return out.transpose(1, 2).flatten(-2).flatten(0, 1)
+        def runs_of(x, sizes, length_at):  # packed [L, h, d] -> per run [rows, length, h, d], views
+            return [part.view(run[2], run[length_at], *x.shape[1:]) for part, run in zip(x.split(sizes), layout.runs)]
 
-    @classmethod
-    def _sdpa_und(cls, layout, und):
-        """Causal text attention, row by row (None when the text is cached)."""
-        if und is None:
-            return None
-        q_und, k_und, v_und = und
-        return torch.cat([cls._attend(q, k, v, True) for q, k, v in zip(
-            cls._runs_of(layout, q_und, 3), cls._runs_of(layout, k_und, 3), cls._runs_of(layout, v_und, 3))])
+        def attend(q, k, v, causal):  # [rows, length, h, d] each -> packed [rows * length, h * d]
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                 is_causal=causal, enable_gqa=True)
+            return out.transpose(1, 2).flatten(-2).flatten(0, 1)
 
-    @classmethod
-    def _sdpa_run_buffers(cls, layout, attn, k_text, v_text, q_gen, k_proj, v_gen, cos, sin, norm_rope_into):
-        """The vision attention and its output projection without a ``torch.cat``.
-
-        Each run's keys and values go into one buffer ``[rows, text + gen, h, d]``: the text part is
-        copied in, the vision keys are written there by the (compiled) norm + rotary kernel itself.
-        Each run's attention output is projected by ``to_add_out`` straight into its slice of the
-        packed output (``out=``), instead of being joined with the other runs' first. Same operations
-        as :meth:`_sdpa`; the projection runs once per run, which a BLAS may block differently from
-        one call over all runs.
-        """
-        weight, bias = attn.to_add_out.weight, attn.to_add_out.bias
-        out = q_gen.new_empty(q_gen.shape[0], weight.shape[0])
-        starts = [0]
-        for run in layout.runs:
-            starts.append(starts[-1] + run[2] * run[4])
-        for i, (q, k, v, k_text_run, v_text_run, cos_run, sin_run) in enumerate(zip(
-                cls._runs_of(layout, q_gen, 4), cls._runs_of(layout, k_proj, 4), cls._runs_of(layout, v_gen, 4),
-                cls._runs_of(layout, k_text, 3), cls._runs_of(layout, v_text, 3),
-                cls._runs_of(layout, cos, 4), cls._runs_of(layout, sin, 4))):
-            text_len = k_text_run.shape[1]
-            keys = k.new_empty(k.shape[0], text_len + k.shape[1], *k.shape[2:])
-            values = torch.empty_like(keys)
-            keys[:, :text_len] = k_text_run
-            norm_rope_into(keys[:, text_len:], attn.norm_added_k, k, cos_run, sin_run)
-            values[:, :text_len] = v_text_run
-            values[:, text_len:] = v
-            projected = out[starts[i]:starts[i + 1]]
-            attended = cls._attend(q, keys, values, False)
-            if bias is None:
-                torch.mm(attended, weight.t(), out=projected)
-            else:
-                torch.addmm(bias, attended, weight.t(), out=projected)
-        return out
-
-    @classmethod
-    def _sdpa(cls, layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):
-        text_keys, text_values = cls._runs_of(layout, k_und_for_gen, 3), cls._runs_of(layout, v_und, 3)
+        text_keys, text_values = runs_of(k_und_for_gen, und_sizes, 3), runs_of(v_und, und_sizes, 3)
         gen_out = [
             # Joined along the sequence before the head transpose: two block copies per row, not a
             # transposing copy (which cost 7 % of an Edge forward).
-            cls._attend(q, torch.cat([k_text, k], dim=1), torch.cat([v_text, v], dim=1), False)
-            for q, k, v, k_text, v_text in zip(cls._runs_of(layout, q_gen, 4), cls._runs_of(layout, k_gen, 4),
-                                               cls._runs_of(layout, v_gen, 4), text_keys, text_values)]
-        return cls._sdpa_und(layout, und), torch.cat(gen_out)
+            attend(q, torch.cat([k_text, k], dim=1), torch.cat([v_text, v], dim=1), False)
+            for q, k, v, k_text, v_text in zip(runs_of(q_gen, gen_sizes, 4), runs_of(k_gen, gen_sizes, 4),
+                                               runs_of(v_gen, gen_sizes, 4), text_keys, text_values)]
+        und_out = None
+        if und is not None:
+            q_und, k_und, _ = und
+            und_out = torch.cat([attend(q, k, v, True) for q, k, v in zip(
+                runs_of(q_und, und_sizes, 3), runs_of(k_und, und_sizes, 3), text_values)])
+        return und_out, torch.cat(gen_out)
 
     @staticmethod
     def _flex(layout, und, k_und_for_gen, v_und, q_gen, k_gen, v_gen):
@@ -202,31 +140,19 @@ class ForwardContext:
     text_cached: bool = False
     new_text_cache: list | None = None  # filled layer by layer; published on the packing once the forward succeeds
     compiled: bool = False
-    run_buffers: bool = False  # SDPA without torch.cat: see PackedRowsAttnProcessor._sdpa_run_buffers
 
 
-def install_processors(transformer, compile: bool = False, fused_layers: bool = True,
-                       run_buffers: bool = False) -> ForwardContext:
+def install_processors(transformer, compile: bool = False) -> ForwardContext:
     """Give every attention layer of ``transformer`` a :class:`PackedRowsAttnProcessor`.
 
-    ``compile``: also compile the vision pathway's norms, MLPs and residual additions (their
-    elementwise work fuses into few kernels); the same compiled code serves every layer. With
-    ``fused_layers`` the decoder layers take :class:`~cosmos3_gym.model.decoder_layer.FusedDecoderLayerForward`,
-    whose compiled groups also fold the residual additions into the norms; without it diffusers'
-    layers stay and their norm and MLP modules are compiled one by one. Without ``compile`` the
-    layers are diffusers' own.
-    ``run_buffers``: the vision attention writes keys and values into per-run buffers and projects
-    each run's output in place, instead of joining them with ``torch.cat`` (inference, SDPA backend);
-    its output projection runs once per run, so it is off unless asked for.
+    ``compile``: also compile the vision pathway's norms and MLPs (their elementwise work
+    fuses into few kernels); the same compiled code serves every layer.
     """
-    shared = ForwardContext(compiled=compile, run_buffers=run_buffers)
+    shared = ForwardContext(compiled=compile)
     names = [name for name, module in transformer.named_modules() if hasattr(module, "set_processor")]
     transformer.set_attn_processor({f"{name}.processor": PackedRowsAttnProcessor(shared, i)
                                     for i, name in enumerate(names)})
-    remove_fused_layers(transformer)
-    if compile and fused_layers:
-        install_fused_layers(transformer, compiled=True)
-    elif compile:
+    if compile:
         for layer in transformer.layers:
             for module in (layer.input_layernorm_moe_gen, layer.post_attention_layernorm_moe_gen, layer.mlp_moe_gen):
                 module.compile()
