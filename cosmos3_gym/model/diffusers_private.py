@@ -8,6 +8,9 @@ them touches this file and no other.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 from diffusers.models.transformers import transformer_cosmos3 as _transformer
 from diffusers.pipelines.cosmos import pipeline_cosmos3_omni as _pipeline
 
@@ -43,3 +46,12 @@ def action_canvas(pipeline, frames, resolution_tier: int, num_frames: int, devic
 def sound_hop_size(sound_tokenizer) -> int:
     """Audio samples per sound latent frame."""
     return sound_tokenizer._hop_size
+
+
+@contextlib.contextmanager
+def quiet_legacy_weight_norm():
+    """Building diffusers' AVAE decoder calls torch's deprecated ``weight_norm``: a FutureWarning per
+    build that the caller can do nothing about (the loader folds the norm away, see ``model.py``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"`torch\.nn\.utils\.weight_norm` is deprecated", FutureWarning)
+        yield

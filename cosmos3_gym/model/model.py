@@ -10,7 +10,6 @@ every env sharing one model reports the same version.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ import torch
 from .attention import install_processors
 from .checkpoint import check_checkpoint, component_config, load_component, naming_component, read_json
 from .conditions import Condition, ConditionEncoding
-from .diffusers_private import sound_hop_size
+from .diffusers_private import quiet_legacy_weight_norm, sound_hop_size
 from .interrupts import installing
 from .packing import ATTENTION_BACKENDS, PackedRows, RowSpec
 from .tasks import TASKS, Task
@@ -148,8 +147,7 @@ class Cosmos3Model(ConditionEncoding):
         vae = load_component(AutoencoderKLWan, path, "vae", dtype)
         sound_tokenizer = None
         if (path / "sound_tokenizer").is_dir():
-            with warnings.catch_warnings():  # diffusers' decoder still calls torch's deprecated weight_norm
-                warnings.filterwarnings("ignore", r"`torch\.nn\.utils\.weight_norm` is deprecated", FutureWarning)
+            with quiet_legacy_weight_norm():
                 sound_tokenizer = load_component(Cosmos3AVAEAudioTokenizer, path, "sound_tokenizer", dtype)
         with naming_component(path, "text_tokenizer"):
             tokenizer = AutoTokenizer.from_pretrained(path / "text_tokenizer", trust_remote_code=False)

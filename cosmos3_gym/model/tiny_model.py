@@ -117,15 +117,19 @@ def build_tiny_components(seed: int = 0) -> dict:
     """The untrained tiny model: ``text_tokenizer``, ``transformer``, ``vae``, ``sound_tokenizer``, ``scheduler``."""
     from diffusers import AutoencoderKLWan, Cosmos3AVAEAudioTokenizer, Cosmos3OmniTransformer, UniPCMultistepScheduler
 
+    from .diffusers_private import quiet_legacy_weight_norm
+
     tokenizer = build_tiny_tokenizer()
     torch.manual_seed(seed)
     transformer = Cosmos3OmniTransformer(vocab_size=len(tokenizer), **TRANSFORMER_CONFIG)
     scale_action_heads(transformer)
+    with quiet_legacy_weight_norm():
+        sound_tokenizer = Cosmos3AVAEAudioTokenizer(**SOUND_TOKENIZER_CONFIG)
     return {
         "text_tokenizer": tokenizer,
         "transformer": transformer,
         "vae": AutoencoderKLWan(**VAE_CONFIG),
-        "sound_tokenizer": Cosmos3AVAEAudioTokenizer(**SOUND_TOKENIZER_CONFIG),
+        "sound_tokenizer": sound_tokenizer,
         "scheduler": UniPCMultistepScheduler(**SCHEDULER_CONFIG),
     }
 

@@ -20,9 +20,9 @@ def test_render_is_the_filmstrip_of_the_decoded_prediction(make_env):
 
 def test_record_video_wrapper(tmp_path):
     env = gym.wrappers.RecordVideo(gym.make("Cosmos3Rollout-v0", num_steps=3, render_mode="rgb_array"),
-                                   str(tmp_path), episode_trigger=lambda episode: True, disable_logger=True)
+                                   str(tmp_path / "videos"), episode_trigger=lambda episode: True, disable_logger=True)
     run_episode(env, seed=0)
     env.close()
-    (video,) = tmp_path.glob("*.mp4")
+    (video,) = (tmp_path / "videos").glob("*.mp4")
     frames = imageio.mimread(video)
     assert len(frames) == 4 and frames[0].shape == (32, 288, 3)  # reset + 3 steps

@@ -256,15 +256,15 @@ def test_a_scripted_policy_moves_the_object_as_in_the_true_world(tiny_model):
 
 
 def test_record_video_works(world, tmp_path):
-    env = gym.wrappers.RecordVideo(world(render_mode="rgb_array"), str(tmp_path), episode_trigger=lambda e: True,
-                                   disable_logger=True)
+    env = gym.wrappers.RecordVideo(world(render_mode="rgb_array"), str(tmp_path / "videos"),
+                                   episode_trigger=lambda e: True, disable_logger=True)
     env.reset(seed=0)
     for _ in range(2):  # an imagined push can reach the goal in one chunk: the episode ends there
         *_, terminated, truncated, _ = env.step(LEFT_DOWN)
         if terminated or truncated:
             break
     env.close()
-    assert list(tmp_path.glob("*.mp4"))
+    assert list((tmp_path / "videos").glob("*.mp4"))
 
 
 def test_sb3_cnn_policy_learns_on_the_64_pixel_world(tiny_model):
