@@ -10,7 +10,8 @@ tasks from a seed the same way. The imagined envs are one :class:`Cosmos3WorldVe
 generation per step for all envs) behind SB3's VecEnv interface.
 
     python examples/dream_to_real.py                   # out/dream_to_real.txt and .png (H200: 2 min;
-                                                       # 2-core CPU: 18 min, most of it the imagined steps)
+                                                       # 2-core CPU beside other runs: 21-25 min, most of it
+                                                       # the imagined steps)
     python examples/dream_to_real.py --timesteps 8192 --num-envs 32
 """
 

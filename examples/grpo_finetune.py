@@ -10,7 +10,8 @@ Sampling here runs *without* classifier-free guidance (``guidance_scale=1``): GR
 the conditional model to follow the prompt on its own, which CFG otherwise buys with a
 second forward.
 
-    python examples/grpo_finetune.py           # about 6 minutes on a 2-core CPU; out/grpo_reward.png
+    python examples/grpo_finetune.py           # out/grpo_reward.png; 2-core CPU: 6 min alone, 15-27 min
+                                               # beside other runs
 """
 
 from __future__ import annotations
