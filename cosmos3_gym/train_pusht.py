@@ -36,7 +36,6 @@ Writes a diffusers-layout checkpoint (``gym.make("Cosmos3PushT-v0", checkpoint=O
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -54,7 +53,7 @@ from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_compone
     save_checkpoint, scale_action_heads
 from .train.args import parse_args, require_at_least
 from .train.world_model import NUM_FRAMES, ActionPool, _fused, _lr, _update, canvas_reconstruction, \
-    flow_matching_loss, parse_task_weights, plot_curve, trainable_model, training_batch
+    flow_matching_loss, parse_task_weights, trainable_model, training_batch, write_record
 from .world.pusht import CHUNK, PROMPT, Cosmos3PushTVectorEnv, model_actions
 from .world.pusht_coverage import SIZE
 from .world.pusht_data import DEFAULT_MIX, KINDS, Clips, generate
@@ -381,13 +380,8 @@ def main(argv=None) -> int:
               "env": {"prompt": PROMPT, "domain": args.domain, "resolution_tier": args.resolution_tier,
                       "view_point": args.view_point, "frames": [CHUNK + 1, SIZE, SIZE]},
               "megabytes": round(sum(path.stat().st_size for path in weights) / 1e6, 2),
-              "minutes": round((time.time() - start) / 60, 2),
-              "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
-              "torch": torch.__version__, "log": log}
-    if args.init_from and (Path(args.init_from) / "training.json").exists():  # the runs these weights continue
-        record["continues"] = json.loads((Path(args.init_from) / "training.json").read_text())
-    (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
-    plot_curve(log, out / "training_curve.png")
+              "minutes": round((time.time() - start) / 60, 2), "log": log}
+    write_record(out, record, args.device, args.init_from)
     last = [r for r in log if r["stage"] == "transformer"][-1]
     print(f"wrote {out} ({record['megabytes']} MB) in {record['minutes']} min; last transformer record: {last}")
     return 0

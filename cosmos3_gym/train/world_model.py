@@ -447,6 +447,17 @@ def plot_curve(log: list, path: Path) -> None:
     plt.close(fig)
 
 
+def write_record(out: Path, record: dict, device: str, init_from: str) -> None:
+    """``training.json`` (``record`` with the device, torch's version and, when ``init_from`` has one,
+    the record of the run these weights continue) and ``training_curve.png`` of ``record["log"]``."""
+    record.update(device=torch.cuda.get_device_name() if device.startswith("cuda") else device,
+                  torch=torch.__version__)
+    if init_from and (Path(init_from) / "training.json").exists():
+        record["continues"] = json.loads((Path(init_from) / "training.json").read_text())
+    (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+    plot_curve(record["log"], out / "training_curve.png")
+
+
 def _load_weights(components: dict, checkpoint: Path) -> None:
     """The transformer's and the VAE's weights (and the VAE's latent statistics) of ``checkpoint``."""
     from diffusers import AutoencoderKLWan
@@ -481,13 +492,8 @@ def main(argv=None) -> int:
         components[name].to("cpu")
     save_checkpoint(out, components)
     record = {"command": "python -m cosmos3_gym.train.world_model " + " ".join(argv or sys.argv[1:]),
-              "args": dataclasses.asdict(args), "seconds": round(time.time() - start, 1),
-              "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
-              "torch": torch.__version__, "log": log}
-    if args.init_from and (Path(args.init_from) / "training.json").exists():  # the runs these weights continue
-        record["continues"] = json.loads((Path(args.init_from) / "training.json").read_text())
-    (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
-    plot_curve(log, out / "training_curve.png")
+              "args": dataclasses.asdict(args), "seconds": round(time.time() - start, 1), "log": log}
+    write_record(out, record, args.device, args.init_from)
     print(f"wrote {out} in {record['seconds']} s; last losses: "
           f"{[r for r in log if r['stage'] == 'vae'][-1:]}, {[r for r in log if r['stage'] == 'transformer'][-1]}")
     return 0
