@@ -123,12 +123,13 @@ def build_tiny_components(seed: int = 0) -> dict:
     torch.manual_seed(seed)
     transformer = Cosmos3OmniTransformer(vocab_size=len(tokenizer), **TRANSFORMER_CONFIG)
     scale_action_heads(transformer)
+    vae = AutoencoderKLWan(**VAE_CONFIG)  # before the sound tokenizer: the draws' order fixes the weights
     with quiet_legacy_weight_norm():
         sound_tokenizer = Cosmos3AVAEAudioTokenizer(**SOUND_TOKENIZER_CONFIG)
     return {
         "text_tokenizer": tokenizer,
         "transformer": transformer,
-        "vae": AutoencoderKLWan(**VAE_CONFIG),
+        "vae": vae,
         "sound_tokenizer": sound_tokenizer,
         "scheduler": UniPCMultistepScheduler(**SCHEDULER_CONFIG),
     }

@@ -30,17 +30,22 @@ def test_shipped_checkpoint_is_the_builders_model_trained(tmp_path):
     assert shipped.keys() == untrained.keys() and all(torch.equal(shipped[k], untrained[k]) for k in shipped)
     assert (TINY_CHECKPOINT / "text_tokenizer" / "tokenizer.json").read_text() == \
         (tmp_path / "text_tokenizer" / "tokenizer.json").read_text()
-    # One run from scratch under 25 minutes: the VAE, then every task.
+    # A run from scratch under 25 minutes (the VAE, then every task), continued on diverse actions.
     record = json.loads((TINY_CHECKPOINT / "training.json").read_text())
+    assert record["command"].startswith("python -m cosmos3_gym.train.world_model")
+    assert record["args"]["init_from"] == "cosmos3_gym/assets/cosmos3-tiny" and record["args"]["vae_steps"] == 0
+    assert len(record["args"]["action_mix"].split(",")) >= 6 and record["seconds"] < 600
+    scratch = record["continues"]
     # the record keeps the command as it was run, when the trainer was cosmos3_gym.train_world_model
-    assert record["command"].startswith("python -m cosmos3_gym.train_world_model")
-    assert "continues" not in record and "--init-from" not in record["command"] and record["args"]["init_from"] == ""
-    assert record["args"]["data_seed"] == 0 and record["args"]["vae_steps"] > 0 and record["seconds"] < 1500
-    vae = [r["mse"] for r in record["log"] if r["stage"] == "vae"]
+    assert scratch["command"].startswith("python -m cosmos3_gym.train_world_model")
+    assert "continues" not in scratch and "--init-from" not in scratch["command"] and scratch["args"]["init_from"] == ""
+    assert scratch["args"]["data_seed"] == 0 and scratch["args"]["vae_steps"] > 0 and scratch["seconds"] < 1500
+    vae = [r["mse"] for r in scratch["log"] if r["stage"] == "vae"]
     assert vae[-1] < 0.01 * vae[0]
     for task in ("t2v", "t2i", "forward_dynamics", "inverse_dynamics", "policy"):
-        losses = [r["loss"] for r in record["log"] if r.get("task") == task]
+        losses = [r["loss"] for r in scratch["log"] if r.get("task") == task]
         assert len(losses) >= 2 and losses[-1] < 0.5 * losses[0], task
+        assert any(r.get("task") == task for r in record["log"]), task  # the continuation kept every task
     vae_config = json.loads((TINY_CHECKPOINT / "vae" / "config.json").read_text())
     assert vae_config["latents_std"] != [1.0] * 4  # normalisation fitted to the data
 
