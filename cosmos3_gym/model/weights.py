@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 
@@ -84,7 +85,9 @@ def merged_lora_weights(peft_model: torch.nn.Module, transformer: torch.nn.Modul
     if not hasattr(peft_model, "merge_and_unload"):
         raise ValueError("update_weights: the peft adapters must come as a peft.PeftModel "
                          "(peft.get_peft_model(copy_of_the_transformer, LoraConfig(...)))")
-    merged = copy.deepcopy(peft_model).merge_and_unload().state_dict()
+    with warnings.catch_warnings():  # a trainer that merged its adapters itself is as welcome as one that did not
+        warnings.filterwarnings("ignore", "All adapters are already merged", UserWarning)
+        merged = copy.deepcopy(peft_model).merge_and_unload().state_dict()
     unknown = sorted(set(merged) - set(transformer.state_dict()))
     if unknown:
         raise ValueError(f"update_weights: the peft model's base has weights this transformer does not have "

@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*A Box observation space m(ax|in)imum value is -?infinity:UserWarning"),
     pytest.mark.filterwarnings("ignore:.*For Box action spaces, we recommend using a symmetric:UserWarning"),
     pytest.mark.filterwarnings("ignore:We recommend you to use a symmetric and normalized Box:UserWarning"),
-    pytest.mark.filterwarnings("ignore:Your observation latent has an unconventional shape:UserWarning"),
+    pytest.mark.filterwarnings(r"ignore:Your observation \w+ has an unconventional shape:UserWarning"),
 ]
 
 
