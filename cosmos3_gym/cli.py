@@ -1,4 +1,4 @@
-"""cosmos3-gym demo | rollout | check | bench | evaluate: the Cosmos 3 rollout env from the command line.
+"""cosmos3-gym demo | rollout | check | bench | evaluate | world-eval: Cosmos 3 envs from the command line.
 
 Inputs, the device and output paths are checked before any model loads (exit code 2 on a bad
 one); existing outputs are kept unless --overwrite. demo, rollout, evaluate and bench --cpu run
@@ -407,7 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="run Gymnasium's and SB3's env checkers on every env id",
                        description="Run Gymnasium's check_env and SB3's check_env on every registered env id: the "
                        "rollout presets in control and noise action modes (2 denoising steps each) and the world "
-                       "envs; print one line per check and exit 1 if any failed, and on stderr each distinct warning the "
+                       "envs; print one line per check and exit 1 if any failed, and on stderr each distinct warning "
+                       "the "
                        "checkers raised for an env, once, as plain text. SB3 refuses noise mode by design "
                        "(an unbounded action space): that line reports SB3's own message; where SB3's checker "
                        "passes a Dict action space (noise mode of the sound and action envs), the line says that "

@@ -30,15 +30,13 @@ from .world.harness import evaluate_world, key_numbers, markdown_report, plot_re
 
 @dataclass
 class WorldEvalArgs:
-    episodes: int = 12  # reset seeds per policy (and per sensitivity condition)
+    episodes: int = 12  # reset seeds per policy (and per sensitivity condition), at least 2
     num_steps: str = "8,4"  # denoising steps per imagined chunk, comma-separated (8: Cosmos3World-v0's default)
     noise_levels: str = "0,1,2,4,8"  # the greedy policies' command noise (standard deviation), comma-separated
     goal: str = ""  # "" a random corner per episode (the scripted policies read it from the prompt), or e.g. "top left"
     seed: int = 0  # reset seeds seed ..; also the shuffle, the random actions and the bootstrap
     checkpoint: str = ""  # the world model's weights (default: the embedded model)
-    # >= 2: the imagined world also samples each step this many times and reports their spread as
-    # info["disagreement"]; the report then says how well it flags exploits (AUROC). 0: off (K times slower when on)
-    disagreement: int = 0
+    disagreement: int = 0  # K >= 2: sample each imagined step K times (K times slower); AUROC of the spread
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
     progress: bool = True  # tqdm bars
