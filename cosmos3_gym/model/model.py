@@ -19,11 +19,10 @@ import torch
 
 from .attention import install_processors
 from .checkpoint import check_checkpoint, component_config, load_component, naming_component, read_json
-from .conditions import Condition, ConditionEncoding
+from .conditions import ConditionEncoding
 from .diffusers_private import quiet_legacy_weight_norm, sound_hop_size
 from .interrupts import installing
 from .packing import ATTENTION_BACKENDS, PackedRows, RowSpec
-from .tasks import TASKS, Task
 from .tiny_model import TINY_CHECKPOINT
 from .weights import merged_lora_weights, staged_update
 
@@ -316,39 +315,6 @@ class Cosmos3Model(ConditionEncoding):
         (``load_state_dict``, an optimizer step on this model), so cached text keys/values computed
         with other weights are never reused."""
         return (self.weights_version, tuple(p._version for p in self.transformer.parameters()))
-
-    # --- conditioning, many requests at once -------------------------------------------
-    @torch.no_grad()
-    def encode_action_conditions(self, mode: str, chunk: int, resolution_tier: int, images,
-                                 actions=None) -> list[Condition]:
-        """:meth:`encode_action_condition` of many first-frame requests (``policy``, ``forward_dynamics``)
-        of one mode and frame size: ``images`` uint8 ``[b, H, W, 3]``, ``actions`` ``[b, chunk, raw_dim]``
-        for ``forward_dynamics``. Their canvases are encoded in one VAE call (the world envs encode every
-        env's current frame each step): on a 2-core CPU, 0.19-0.24 CPU-seconds a frame in batches of 4 to
-        16 against 0.35-0.39 one at a time.
-
-        Not remembered by content, unlike :meth:`encode_action_condition`: an imagined frame hardly ever
-        recurs, and a remembered latent would make a step depend on which envs stepped beside it before.
-        Batching changes the encode's rounding, not its math: on the CPU in fp32 a latent differs from its
-        one-at-a-time encode by 1.3e-6 at most (16 frames, ``benchmarks/world_batching_cpu.txt``); a batch
-        of one is :meth:`encode_action_condition`'s latent bit for bit."""
-        spec = TASKS[Task(mode)]
-        if spec.clean_frames == "all":
-            raise ValueError(f"mode={mode!r} is conditioned on whole videos; encode_action_conditions takes first "
-                             f"frames (policy, forward_dynamics): use encode_action_condition(..., video=...)")
-        if spec.robot_chunk == "given" and (actions is None or len(actions) != len(images)):
-            raise ValueError(f"mode={mode!r} needs one action chunk per image ({len(images)} images)")
-        latents = self.encode_action_clips([[image] for image in images], resolution_tier, chunk + 1, given=1)
-        conditions = []
-        for j, encoded in enumerate(latents):
-            latent, clean = self._padded(encoded, chunk + 1)
-            action = torch.zeros((chunk, int(self.transformer.config.action_dim)), device=self.device)
-            if spec.robot_chunk == "given":
-                given = torch.as_tensor(np.asarray(actions[j]), dtype=torch.float32, device=self.device)
-                action[:, : given.shape[1]] = given
-            conditions.append(Condition(latent=latent, clean_frames=clean, action=action,
-                                        clean_actions=tuple(range(chunk)) if spec.robot_chunk == "given" else ()))
-        return conditions
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> np.ndarray:
