@@ -36,7 +36,7 @@ import torch
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.train.args import apply_quick, parse_args, require_at_least
 from cosmos3_gym.train.grpo import checked_kl_beta, group_advantages, grpo_update
 from cosmos3_gym.model.model import Cosmos3Model
 from cosmos3_gym.train.plots import first_and_last, reward_curve
@@ -65,10 +65,8 @@ class Args:
     QUICK: ClassVar[dict] = {"iterations": 20}
 
     def __post_init__(self):
-        if self.quick:  # the quick values replace defaults only: a flag given beside --quick wins
-            for name, value in self.QUICK.items():
-                if getattr(self, name) == self.__dataclass_fields__[name].default:
-                    setattr(self, name, value)
+        if self.quick:
+            apply_quick(self, self.QUICK)
         require_at_least(self, num_groups=1, group_size=2, num_steps=1, iterations=1, epochs=1, micro_batch=1)
 
 

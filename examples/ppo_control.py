@@ -24,7 +24,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecMonitor
 from tqdm import tqdm
 
-from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.train.args import apply_quick, parse_args, require_at_least
 from cosmos3_gym.train.plots import reward_curve
 from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
 
@@ -43,10 +43,8 @@ class Args:
     QUICK: ClassVar[dict] = {"total_timesteps": 4096}
 
     def __post_init__(self):  # every env ends an episode at least once: the curve needs one
-        if self.quick:  # the quick values replace defaults only: a flag given beside --quick wins
-            for name, value in self.QUICK.items():
-                if getattr(self, name) == self.__dataclass_fields__[name].default:
-                    setattr(self, name, value)
+        if self.quick:
+            apply_quick(self, self.QUICK)
         require_at_least(self, num_envs=1, num_steps=1, n_steps=2,
                          total_timesteps=self.num_envs * max(self.n_steps, self.num_steps))
 

@@ -59,3 +59,12 @@ def require_at_least(args, **minimums) -> None:
         value = getattr(args, name)
         if value < minimum:
             raise ValueError(f"--{name.replace('_', '-')} {value} is too small; use {minimum} or more")
+
+
+def apply_quick(args, quick: dict) -> None:
+    """An example's ``--quick``: each of ``quick``'s values replaces its field where the field is still
+    at its default, so that a flag given beside ``--quick`` wins."""
+    fields = {f.name: f for f in dataclasses.fields(args)}
+    for name, value in quick.items():
+        if getattr(args, name) == fields[name].default:
+            setattr(args, name, value)
