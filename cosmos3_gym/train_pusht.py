@@ -36,7 +36,6 @@ Writes a diffusers-layout checkpoint (``gym.make("Cosmos3PushT-v0", checkpoint=O
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -53,7 +52,7 @@ from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_compone
     save_checkpoint, scale_action_heads
 from .train.args import parse_args, require_at_least
 from .train.world_model import NUM_FRAMES, ActionPool, _fused, _lr, _update, canvas_reconstruction, \
-    flow_matching_loss, parse_task_weights, trainable_model, training_batch, write_record
+    flow_matching_loss, parse_task_weights, schedule_step, train_step, trainable_model, training_batch, write_record
 from .world.pusht import CHUNK, PROMPT, Cosmos3PushTVectorEnv, model_actions
 from .world.pusht_coverage import SIZE
 from .world.pusht_data import DEFAULT_MIX, KINDS, Clips, generate
@@ -212,14 +211,6 @@ def held_out_mask(clips: Clips, share: float) -> np.ndarray:
     return np.isin(clips.episodes, episodes[-count:])
 
 
-def _progress(step: int, total: int, started: float, deadline: float) -> int:
-    """The learning-rate schedule's step: with a time budget the cosine decays on whichever of steps
-    and time runs out first."""
-    if started >= deadline or math.isinf(deadline):
-        return step
-    return max(step, int(total * (time.time() - started) / (deadline - started)))
-
-
 def train_vae(model, frames: np.ndarray, args: PushTTrainArgs, log: list, deadline: float) -> None:
     """Reconstruction + a small KL term on clips along the env's path (padded into the tier's canvas,
     encoded, cropped to the content, decoded), then the latent statistics of the cropped latents, so
@@ -234,7 +225,7 @@ def train_vae(model, frames: np.ndarray, args: PushTTrainArgs, log: list, deadli
         batch = frames[np.sort(rng.integers(0, len(frames), args.vae_batch))]
         recon, target, kl = canvas_reconstruction(model, batch, args.resolution_tier)
         mse = torch.nn.functional.mse_loss(recon, target)
-        progress = _progress(step, args.vae_steps, started, deadline)
+        progress = schedule_step(step, args.vae_steps, started, deadline)
         _update(optimizer, mse + args.kl_weight * kl, vae.parameters(), _lr(progress, args.vae_steps, args.vae_lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.vae_steps - 1 or out_of_time:
@@ -314,13 +305,8 @@ def train_transformer(model, pools: dict[str, ActionPool], held_out: ActionPool 
     schedule = [names[i] for i in rng.choice(len(names), size=args.steps, p=p)]
     started = time.time()
     for step, task in enumerate(tqdm(schedule, desc="transformer")):
-        rows, x0, generated = training_batch(model, task, args, None, rng, tokens, pools)
-        # sigma from a logit-normal, drawn on the host (world_model.train_transformer's draw)
-        sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float())
-        noise = {name: torch.randn_like(x) for name, x in x0.items()}
-        loss = flow_matching_loss(model, rows, x0, generated, noise, sigma)
-        _update(optimizer, loss, transformer.parameters(),
-                _lr(_progress(step, args.steps, started, deadline), args.steps, args.lr))
+        loss = train_step(model, optimizer, training_batch(model, task, args, None, rng, tokens, pools), rng,
+                          _lr(schedule_step(step, args.steps, started, deadline), args.steps, args.lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
             record = {"stage": "transformer", "step": step, "task": task, "loss": loss.item()}

@@ -72,7 +72,7 @@ class TrainArgs:
     domain: str = "pusht"
     resolution_tier: int = 256
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
-    action_pool: int = 16384  # played-out chunks for the dynamics tasks (of --action-mix); half as many expert ones (policy)
+    action_pool: int = 16384  # chunks for the dynamics tasks (of --action-mix); half as many expert ones (policy)
     # the dynamics chunks' kinds and weights (procedural_world.ACTION_KINDS): diverse commands, so that the model
     # learns what each command causes (turn=1 alone gave the weights before: imagined success while standing still)
     action_mix: str = "turn=3,uniform=2,zero=1,expert=1,greedy=1,away=1,scaled=1,stop=1"
@@ -373,6 +373,27 @@ def flow_matching_loss(model: Cosmos3Model, rows: list[RowSpec], x0: dict[str, t
     return loss
 
 
+def schedule_step(step: int, total: int, started: float, deadline: float) -> int:
+    """The learning-rate schedule's step: with a time budget the cosine decays on whichever of steps
+    and time runs out first."""
+    if started >= deadline or math.isinf(deadline):
+        return step
+    return max(step, int(total * (time.time() - started) / (deadline - started)))
+
+
+def train_step(model: Cosmos3Model, optimizer, batch, rng: np.random.Generator, lr: float) -> torch.Tensor:
+    """One flow-matching step on ``batch`` (:func:`training_batch`'s rows, clean latents and masks) at
+    ``lr``; returns the loss."""
+    rows, x0, generated = batch
+    # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training;
+    # drawn on the host (see flow_matching_loss)
+    sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, len(rows))).float())
+    noise = {name: torch.randn_like(x) for name, x in x0.items()}
+    loss = flow_matching_loss(model, rows, x0, generated, noise, sigma)
+    _update(optimizer, loss, model.transformer.parameters(), lr)
+    return loss
+
+
 def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline: float, save=None) -> None:
     """The transformer stage; ``save(step_count)`` runs after each step count of ``--checkpoint-steps``."""
     from tqdm import tqdm
@@ -397,16 +418,8 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     started = time.time()
     for step, task in enumerate(tqdm(schedule, desc="transformer")):
         scenes = next(batches) if task in ("t2v", "t2i") else None
-        rows, x0, generated = training_batch(model, task, args, scenes, rng, tokens, pools)
-        # sigma from a logit-normal, which weights the middle of the trajectory like SD3 / Cosmos training;
-        # drawn on the host (see flow_matching_loss)
-        sigma = torch.sigmoid(torch.from_numpy(rng.normal(0.0, 1.0, args.batch)).float())
-        noise = {name: torch.randn_like(x) for name, x in x0.items()}
-        loss = flow_matching_loss(model, rows, x0, generated, noise, sigma)
-        # with a time budget the cosine decays on whichever of steps and time runs out first
-        progress = step if started >= deadline else max(
-            step, int(args.steps * (time.time() - started) / (deadline - started)))
-        _update(optimizer, loss, transformer.parameters(), _lr(progress, args.steps, args.lr))
+        loss = train_step(model, optimizer, training_batch(model, task, args, scenes, rng, tokens, pools), rng,
+                          _lr(schedule_step(step, args.steps, started, deadline), args.steps, args.lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
             log.append({"stage": "transformer", "step": step, "task": task, "loss": loss.item()})
