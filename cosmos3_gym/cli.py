@@ -408,8 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run Gymnasium's check_env and SB3's check_env on every registered env id: the "
                        "rollout presets in control and noise action modes (2 denoising steps each) and the world "
                        "envs; print one line per check and exit 1 if any failed, and on stderr each distinct warning "
-                       "the "
-                       "checkers raised for an env, once, as plain text. SB3 refuses noise mode by design "
+                       "the checkers raised for an env, once, as plain text. SB3 refuses noise mode by design "
                        "(an unbounded action space): that line reports SB3's own message; where SB3's checker "
                        "passes a Dict action space (noise mode of the sound and action envs), the line says that "
                        "SB3's algorithms do not take it.")
