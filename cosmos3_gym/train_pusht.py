@@ -51,7 +51,7 @@ from .model.tasks import ROBOT_TASKS, Task
 from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_components, build_tiny_tokenizer, \
     save_checkpoint, scale_action_heads
 from .train.args import parse_args, require_at_least
-from .train.world_model import NUM_FRAMES, ActionPool, _fused, _lr, _update, canvas_reconstruction, \
+from .train.world_model import NUM_FRAMES, ActionPool, _fused, _lr, _update, canvas_reconstruction, draw_tasks, \
     flow_matching_loss, parse_task_weights, schedule_step, train_step, trainable_model, training_batch, write_record
 from .world.pusht import CHUNK, PROMPT, Cosmos3PushTVectorEnv, model_actions
 from .world.pusht_coverage import SIZE
@@ -300,9 +300,7 @@ def train_transformer(model, pools: dict[str, ActionPool], held_out: ActionPool 
     optimizer = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01, fused=_fused(args.device))
     rng, tokens = np.random.default_rng(args.data_seed), {}
     measured = fixed_batch(model, held_out, args) if held_out else None
-    weights = parse_task_weights(args.task_weights)
-    names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
-    schedule = [names[i] for i in rng.choice(len(names), size=args.steps, p=p)]
+    schedule = draw_tasks(args.task_weights, args.steps, rng)
     started = time.time()
     for step, task in enumerate(tqdm(schedule, desc="transformer")):
         loss = train_step(model, optimizer, training_batch(model, task, args, None, rng, tokens, pools), rng,

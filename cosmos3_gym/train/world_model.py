@@ -243,17 +243,19 @@ def parse_checkpoint_steps(spec: str, steps: int) -> set[int]:
     return counts
 
 
+def draw_tasks(spec: str, count: int, rng: np.random.Generator) -> list[str]:
+    """``count`` tasks drawn independently from the task weights ``spec`` (``"t2v=4,policy=2"``)."""
+    weights = parse_task_weights(spec)
+    names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
+    return [names[i] for i in rng.choice(len(names), size=count, p=p)]
+
+
 def task_schedule(args: TrainArgs, rng: np.random.Generator) -> list[str]:
     """The task of every transformer step, drawn up front so that text batches render ahead: each
     phase of ``curriculum`` in turn from its own weights, the remaining steps from ``task_weights``."""
-    def draw(spec: str, count: int) -> list[str]:
-        weights = parse_task_weights(spec)
-        names, p = list(weights), np.array(list(weights.values())) / sum(weights.values())
-        return [names[i] for i in rng.choice(len(names), size=count, p=p)]
-
     phases = parse_curriculum(args.curriculum)
-    schedule = [task for steps, weights in phases for task in draw(weights, steps)]
-    return schedule + draw(args.task_weights, args.steps - len(schedule))
+    schedule = [task for steps, weights in phases for task in draw_tasks(weights, steps, rng)]
+    return schedule + draw_tasks(args.task_weights, args.steps - len(schedule), rng)
 
 
 @dataclass
