@@ -61,6 +61,7 @@ MAX_MEGABYTES = 40.0  # the checkpoint's weights (fp32 safetensors), small enoug
 HEAD_DIM = TRANSFORMER_CONFIG["head_dim"]
 ENCODE_BATCH = 32  # clips per VAE encode when the clips are encoded once (statistics, pools)
 EVAL_BATCH = 64  # held-out clips in the fixed forward-dynamics batch
+TABLE_LEVEL = 200  # a pixel whose darkest channel is at least this is the table (white, its greys, the walls)
 # Cosmos3PushT-v0's engine runs this preset (cosmos3_gym.world.envs.Cosmos3WorldVectorEnv), and its
 # domain is the env's default: the trainer reads both instead of restating them
 ENV_PRESET = load_preset("Cosmos3ForwardDynamicsRollout-v0")
@@ -90,6 +91,8 @@ class PushTTrainArgs:
     vae_batch: int = 8  # clips per VAE step, each a 9-frame canvas of the resolution tier
     vae_lr: float = 1e-3
     kl_weight: float = 1e-6
+    # (a plain MSE collapses to the white table: the block and the agent are a few percent of the pixels)
+    foreground_weight: float = 20.0  # the reconstruction loss's weight on pixels that are not the white table, vs 1
     vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it
     steps: int = 20000
     batch: int = 64
@@ -105,6 +108,8 @@ class PushTTrainArgs:
                          vae_base_dim=4, vae_steps=0, vae_batch=1, steps=1, batch=1, log_every=1)
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         parse_mix(self.mix)
+        if not self.foreground_weight >= 0.0:
+            raise ValueError(f"--foreground-weight {self.foreground_weight} is not >= 0 (0: a plain MSE)")
         for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
@@ -211,10 +216,23 @@ def held_out_mask(clips: Clips, share: float) -> np.ndarray:
     return np.isin(clips.episodes, episodes[-count:])
 
 
+def foreground(clips: np.ndarray, device) -> torch.Tensor:
+    """``[B, 1, F, H, W]``, 1.0 where a pixel of uint8 ``clips`` is not the table (its darkest channel
+    below :data:`TABLE_LEVEL`: the block, the agent, the goal), else 0.0."""
+    return torch.as_tensor(clips.min(axis=-1) < TABLE_LEVEL).float().unsqueeze(1).to(device)
+
+
+def weighted_mse(recon: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The squared error averaged with ``weights`` (broadcast over the channels): their weighted mean."""
+    weights = weights.expand_as(target)
+    return (weights * (recon - target) ** 2).sum() / weights.sum().clamp_min(1e-12)
+
+
 def train_vae(model, frames: np.ndarray, args: PushTTrainArgs, log: list, deadline: float) -> None:
-    """Reconstruction + a small KL term on clips along the env's path (padded into the tier's canvas,
-    encoded, cropped to the content, decoded), then the latent statistics of the cropped latents, so
-    that the transformer sees unit-scale latents where the env conditions it."""
+    """Reconstruction (``1 + foreground_weight`` on what is not the table, :func:`foreground`) + a small
+    KL term on clips along the env's path (padded into the tier's canvas, encoded, cropped to the
+    content, decoded), then the latent statistics of the cropped latents, so that the transformer
+    sees unit-scale latents where the env conditions it."""
     from tqdm import tqdm
 
     vae = model.vae
@@ -224,12 +242,14 @@ def train_vae(model, frames: np.ndarray, args: PushTTrainArgs, log: list, deadli
     for step in tqdm(range(args.vae_steps), desc="vae"):
         batch = frames[np.sort(rng.integers(0, len(frames), args.vae_batch))]
         recon, target, kl = canvas_reconstruction(model, batch, args.resolution_tier)
-        mse = torch.nn.functional.mse_loss(recon, target)
+        mask = foreground(batch, recon.device)
+        mse = weighted_mse(recon, target, 1.0 + args.foreground_weight * mask)
         progress = schedule_step(step, args.vae_steps, started, deadline)
         _update(optimizer, mse + args.kl_weight * kl, vae.parameters(), _lr(progress, args.vae_steps, args.vae_lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.vae_steps - 1 or out_of_time:
-            log.append({"stage": "vae", "step": step, "canvas_mse": mse.item()})
+            log.append({"stage": "vae", "step": step, "canvas_mse": mse.item(),
+                        "foreground_mse": weighted_mse(recon, target, mask).item()})
         if out_of_time:
             break
     vae.eval().requires_grad_(False)

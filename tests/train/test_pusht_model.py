@@ -13,10 +13,10 @@ pytest.importorskip("gym_pusht")
 
 from cosmos3_gym.model.tasks import checked_domain  # noqa: E402
 from cosmos3_gym.train.world_model import trainable_model, training_batch  # noqa: E402
-from cosmos3_gym.train_pusht import PushTTrainArgs, fixed_batch, held_out_losses, main, pusht_components, \
-    pusht_pool, train_transformer  # noqa: E402
+from cosmos3_gym.train_pusht import TABLE_LEVEL, PushTTrainArgs, fixed_batch, foreground, held_out_losses, main, \
+    pusht_components, pusht_pool, train_transformer, weighted_mse  # noqa: E402
 from cosmos3_gym.world.pusht import Cosmos3PushTVectorEnv, PushTTwinEnv  # noqa: E402
-from cosmos3_gym.world.pusht_coverage import make_pusht  # noqa: E402
+from cosmos3_gym.world.pusht_coverage import AGENT, BLOCK_FILL, WHITE, make_pusht  # noqa: E402
 from cosmos3_gym.world.pusht_data import Clips, generate  # noqa: E402
 
 SMALL = dict(device="cpu", hidden_size=64, layers=1, vae_base_dim=4, batch=2)  # a model that trains in seconds
@@ -64,6 +64,27 @@ def test_training_batches_are_what_the_env_feeds_the_model(tiny_model):
         assert row.domain_id == checked_domain(trajectory.domain, tiny_model.transformer.config.action_dim)[0]
         assert x0["video"].shape[1:] == condition.shape
         torch.testing.assert_close(x0["action"][0], given, rtol=0, atol=0)
+
+
+def test_the_vae_loss_weights_the_block_and_the_agent_over_the_table(clips):
+    """A VAE trained with a plain MSE drew an empty white table (the block and the agent are a few
+    percent of the pixels): the weighted loss marks them, and an all-white reconstruction then costs
+    far more than its plain MSE. Checked against numpy's own count and a float64 weighted mean."""
+    frames = clips.frames[:2]
+    mask = foreground(frames, "cpu")[:, 0].numpy().astype(bool)  # [B, F, H, W]
+    colours = frames.reshape(-1, 3)
+    for colour, expected in ((AGENT, True), (BLOCK_FILL, True), (WHITE, False)):
+        hits = (colours == colour).all(axis=1)
+        assert hits.any() and (mask.reshape(-1)[hits] == expected).all()
+    np.testing.assert_array_equal(mask, (frames < TABLE_LEVEL).any(axis=-1))
+    target = torch.as_tensor(frames).permute(0, 4, 1, 2, 3).double() / 127.5 - 1.0
+    white = torch.ones_like(target)
+    weights = 1.0 + 20.0 * mask[:, None].astype(np.float64)
+    squared = (white - target).numpy() ** 2
+    expected = (squared * weights).sum() / (weights.sum() * 3)
+    loss = weighted_mse(white.float(), target.float(), torch.as_tensor(weights).float())
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert loss.item() > 8 * squared.mean()
 
 
 def test_the_loss_on_a_fixed_batch_drops_on_a_tiny_set(clips):
