@@ -1,7 +1,9 @@
-"""How far can the dream be trusted? ``Cosmos3World-v0`` scored against ``ProceduralWorld-v0``.
+"""How far can the dream be trusted? ``Cosmos3World-v0`` scored against ``ProceduralWorld-v0``, or
+``Cosmos3PushT-v0`` against gym-pusht (``--world pusht``).
 
     cosmos3-gym world-eval --out out/world_eval   # world_eval.json, .md, .png there
     cosmos3-gym world-eval --num-steps 4 --episodes 4   # a quicker look
+    cosmos3-gym world-eval --world pusht --num-steps 4 --episodes 10 --out out/pusht_eval
 
 For each number of denoising steps per imagined chunk (``--num-steps``, comma-separated; 8 is
 ``Cosmos3World-v0``'s default), :func:`cosmos3_gym.world.harness.evaluate_world` runs the imagined
@@ -10,6 +12,12 @@ imagined-vs-true object-centre error under the true, shuffled and zero actions, 
 horizon), the procedural world's scripted policies in both worlds (success and return with
 bootstrap intervals; Pearson r, Spearman rho, MMRV across policies) and the exploit rate (imagined
 successes whose actions fail when replayed in the truth). One shared model serves every setting.
+
+With ``--world pusht`` the same measurements use :mod:`cosmos3_gym.world.pusht_eval`'s pieces: the
+agent's and the block's position error, block IoU and coverage error per step, random walks of the
+agent's target, PushT's reference policies (``--noise-levels`` in canvas units; a nearest-neighbour
+clone of ``--clone-clips`` scripted pushes made with gym-pusht), ``--horizon`` chunks per episode,
+and the figure's bars show the mean return (successes from gym-pusht's random starts are rare).
 """
 
 from __future__ import annotations
@@ -28,11 +36,17 @@ from .train.args import parse_args, require_at_least
 from .world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
 
 
+WORLDS = ("procedural", "pusht")
+
+
 @dataclass
 class WorldEvalArgs:
+    world: str = "procedural"  # procedural: Cosmos3World-v0 vs ProceduralWorld-v0; pusht: Cosmos3PushT-v0 vs gym-pusht
     episodes: int = 12  # reset seeds per policy (and per sensitivity condition), at least 2
-    num_steps: str = "8,4"  # denoising steps per imagined chunk, comma-separated (8: Cosmos3World-v0's default)
-    noise_levels: str = "0,1,2,4,8"  # the greedy policies' command noise (standard deviation), comma-separated
+    num_steps: str = "8,4"  # denoising steps per imagined chunk, comma-separated (8: the envs' default)
+    noise_levels: str = ""  # the greedy policies' command noise, comma-separated ("": 0,1,2,4,8; pusht: 0,20,40)
+    horizon: int = 8  # pusht: chunks of 8 gym-pusht actions per episode (gym-pusht's own 300 steps are 38)
+    clone_clips: int = 400  # pusht: scripted pushes (gym-pusht) the nearest-neighbour clone policy learns from
     goal: str = ""  # "" a random corner per episode (the scripted policies read it from the prompt), or e.g. "top left"
     seed: int = 0  # reset seeds seed ..; also the shuffle, the random actions and the bootstrap
     checkpoint: str = ""  # the world model's weights (default: the embedded model)
@@ -42,7 +56,12 @@ class WorldEvalArgs:
     progress: bool = True  # tqdm bars
 
     def __post_init__(self):
-        require_at_least(self, episodes=2)
+        require_at_least(self, episodes=2, horizon=1, clone_clips=1)
+        if self.world not in WORLDS:
+            raise ValueError(f"--world {self.world!r} is not one of {list(WORLDS)}")
+        if self.world == "pusht" and (self.goal or self.disagreement):
+            raise ValueError("--goal and --disagreement are the procedural world's; leave them out with --world pusht")
+        self.noise_levels = self.noise_levels or ("0,20,40" if self.world == "pusht" else "0,1,2,4,8")
         if self.disagreement == 1 or self.disagreement < 0:
             raise ValueError(f"--disagreement {self.disagreement}: use 0 (off) or a number of samples >= 2")
         try:
@@ -57,34 +76,56 @@ class WorldEvalArgs:
             check_checkpoint(self.checkpoint)
 
 
-def main(argv=None) -> dict:
-    args = parse_args(WorldEvalArgs, argv, __doc__, prog="cosmos3-gym world-eval")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+def _worlds(args: WorldEvalArgs) -> tuple:
+    """The model, the truth, the policies, ``make_dream(num_steps)``, the harness's keyword arguments,
+    the figure's metric and the two worlds' names, for ``args.world``."""
     goal = args.goal or None
+    if args.world == "pusht":
+        from .world.pusht import PUSHT_CHECKPOINT
+        from .world.pusht_data import generate
+        from .world.pusht_eval import pusht_harness_kwargs, pusht_policies
+
+        model = Cosmos3Model.from_pretrained(args.checkpoint or PUSHT_CHECKPOINT, device=args.device)
+        truth = gym.make("PushT-Twin-v0", horizon=args.horizon)
+        clips = generate(args.clone_clips, seed=args.seed + 1, mix={"push": 1.0}, progress=args.progress)
+        policies = pusht_policies(noise_levels=args.noise_list, clips=clips)
+        return (model, truth, policies, lambda n: gym.make("Cosmos3PushT-v0", num_steps=n, horizon=args.horizon,
+                                                           model=model),
+                pusht_harness_kwargs(), "return", ("Cosmos3PushT-v0", "PushT-Twin-v0 (gym-pusht)"))
     model = (Cosmos3Model.from_pretrained(args.checkpoint, device=args.device) if args.checkpoint
              else Cosmos3Model.embedded(device=args.device))
     truth = gym.make("ProceduralWorld-v0", goal=goal)
     policies = scripted_policies(chunk=truth.action_space.shape[0], noise_levels=args.noise_list)
+    return (model, truth, policies, lambda n: gym.make("Cosmos3World-v0", num_steps=n, goal=goal, model=model,
+                                                       disagreement=args.disagreement),
+            {}, "success", ("Cosmos3World-v0", "ProceduralWorld-v0"))
+
+
+def main(argv=None) -> dict:
+    args = parse_args(WorldEvalArgs, argv, __doc__, prog="cosmos3-gym world-eval")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, truth, policies, make_dream, harness_kwargs, metric, (dream_name, truth_name) = _worlds(args)
     records, started, cpu = {}, time.perf_counter(), time.process_time()
     for num_steps in args.steps_list:
-        dream = gym.make("Cosmos3World-v0", num_steps=num_steps, goal=goal, model=model,
-                         disagreement=args.disagreement)
         label = f"num_steps={num_steps}"
-        records[label] = evaluate_world(dream, truth, policies, episodes=args.episodes, seed=args.seed,
-                                        label=label, progress=args.progress)
+        records[label] = evaluate_world(make_dream(num_steps), truth, policies, episodes=args.episodes,
+                                        seed=args.seed, label=label, progress=args.progress, **harness_kwargs)
         print(f"{label}: {json.dumps(key_numbers(records[label]))}", flush=True)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
     goal_flag = f" --goal {args.goal!r}" if args.goal else ""
-    header = (f"# cosmos3-gym world-eval --episodes {args.episodes} --num-steps {args.num_steps} "
+    pusht_flags = f" --world pusht --horizon {args.horizon} --clone-clips {args.clone_clips}" \
+        if args.world == "pusht" else ""
+    header = (f"# cosmos3-gym world-eval{pusht_flags} --episodes {args.episodes} --num-steps {args.num_steps} "
               f"--noise-levels {args.noise_levels} --seed {args.seed}{goal_flag}"
+              + (f" --checkpoint {args.checkpoint}" if args.checkpoint else "")
               + (f" --disagreement {args.disagreement}" if args.disagreement else "") +
               f" --device {args.device}; {platform.machine()}, torch {torch.__version__}, "
               f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")
     sections = [header]
     for label, record in records.items():
         sec = record["seconds"]
-        sections += ["", f"## Cosmos3World-v0 {label} vs ProceduralWorld-v0 ({args.episodes} episodes per "
+        sections += ["", f"## {dream_name} {label} vs {truth_name} ({args.episodes} episodes per "
                      f"policy, seeds {args.seed}-{args.seed + args.episodes - 1}; sensitivity "
                      f"{sec['sensitivity']:.0f} s, policies {sec['policies']:.0f} s)", "", markdown_report(record)]
     text = "\n".join(sections) + "\n"
@@ -92,7 +133,7 @@ def main(argv=None) -> dict:
     (out / "world_eval.json").write_text(json.dumps({"args": {k: v for k, v in asdict(args).items()},
                                                      "seconds": seconds, "cpu_seconds": cpu_seconds,
                                                      "records": records}, allow_nan=False))
-    plot_report(records, out / "world_eval.png")
+    plot_report(records, out / "world_eval.png", metric=metric)
     print(text)
     return records
 

@@ -309,6 +309,31 @@ def test_world_eval_writes_its_record_table_and_figure(tmp_path, monkeypatch, ke
     assert (tmp_path / "world_eval.png").read_bytes()[:4] == b"\x89PNG" and record
 
 
+@pytest.mark.slow
+def test_world_eval_scores_the_shipped_pusht_model_against_gym_pusht(tmp_path, monkeypatch, capsys, keep_threads):
+    pytest.importorskip("gym_pusht")
+    import json
+
+    from cosmos3_gym.world import pusht_eval
+
+    policies = pusht_eval.pusht_policies
+    monkeypatch.setattr(pusht_eval, "pusht_policies",
+                        lambda **kw: {k: v for k, v in policies(**kw).items() if k in ("pusher", "still", "clone")})
+    assert cli.main(["world-eval", "--world", "pusht", "--episodes", "2", "--num-steps", "1", "--horizon", "1",
+                     "--clone-clips", "4", "--out", str(tmp_path), "--no-progress", "--device", "cpu"]) == 0
+    record = json.loads((tmp_path / "world_eval.json").read_text())["records"]["num_steps=1"]
+    assert [row["name"] for row in record["policies"]] == ["pusher", "still", "clone"]
+    assert set(record["sensitivity"]["metrics"]) == {"block IoU", "coverage error"}
+    assert 0.0 <= record["sensitivity"]["metrics"]["block IoU"]["mean"] <= 1.0
+    text = (tmp_path / "world_eval.md").read_text()
+    assert text.startswith("# cosmos3-gym world-eval --world pusht --horizon 1")
+    assert "Cosmos3PushT-v0 num_steps=1 vs PushT-Twin-v0" in text and "block IoU under the true actions" in text
+    assert (tmp_path / "world_eval.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["world-eval", "--world", "pusht", "--goal", "top left"])
+    assert exit_.value.code == 2 and "leave them out with --world pusht" in capsys.readouterr().err
+
+
 def test_a_value_the_env_refuses_after_the_model_loads_is_a_one_line_error(tmp_path, capsys, keep_threads):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["demo", "--steps", "2", "--seed", "-1", "--out", str(tmp_path / "demo.mp4")])

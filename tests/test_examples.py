@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import imageio.v2 as imageio
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -56,8 +57,19 @@ def test_dream_to_real_smoke(tmp_path):
     assert (tmp_path / "dream_to_real.txt").read_text().strip().splitlines()[-1].startswith("dream / real:")
 
 
+def test_pusht_dream_smoke(tmp_path):
+    pytest.importorskip("gym_pusht")
+    out = run("pusht_dream.py", "--chunks", "1", "--num-steps", "1", tmp_path=tmp_path)
+    assert out.startswith("pusher, seed 0: 8 steps; mean imagined-vs-real error")
+    frames = imageio.mimread(tmp_path / "pusht_dream.gif")
+    assert len(frames) == 9 and frames[0].shape[:2] == (3 * 96, 3 * 196)  # real | gap | imagined, 3x
+    assert (tmp_path / "pusht_dream.png").read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.parametrize("script, quick", [("ppo_control.py", {"total_timesteps": 4096}),
-                                           ("policy_grpo.py", {"iterations": 20})])
+                                           ("policy_grpo.py", {"iterations": 20}),
+                                           ("grpo_finetune.py", {"iterations": 20}),
+                                           ("dream_to_real.py", {"timesteps": 2048, "eval_episodes": 50})])
 def test_quick_takes_its_values_where_no_flag_is_given(script, quick, monkeypatch):
     """--quick replaces the defaults it names (the smoke runs above pass it with smaller flags,
     which win); the full defaults stay without it."""

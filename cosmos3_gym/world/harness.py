@@ -336,7 +336,8 @@ def _curve(errors: list[list[float]], horizon: int) -> dict:
 def action_sensitivity(imagined, truth, seeds: Sequence[int], *, actions: np.ndarray | None = None,
                        action_sampler: ActionSampler = procedural_actions, error_fn: ErrorFn = centre_error,
                        zero_action: np.ndarray | None = None, horizon: int | None = None, seed: int = 0,
-                       lost_fn: LostFn | None = object_lost, progress: bool = True) -> dict:
+                       lost_fn: LostFn | None = object_lost, metrics: Mapping[str, ErrorFn] | None = None,
+                       progress: bool = True) -> dict:
     """Imagined-vs-true error under the true, shuffled and zero actions (see the module docstring).
 
     ``actions``: one open-loop sequence per seed, ``[len(seeds), horizon, *action_shape]``; default
@@ -344,12 +345,14 @@ def action_sensitivity(imagined, truth, seeds: Sequence[int], *, actions: np.nda
     each seed's own sequence once; the imagined world runs it, another seed's (a derangement drawn
     from ``seed``) and ``zero_action`` (default zeros) repeated. A step is compared where both
     episodes still run (an episode that ends, e.g. on success, stops its comparisons). ``lost_fn``
-    (None: not counted) flags an imagined observation that has lost the object.
+    (None: not counted) flags an imagined observation that has lost the object. ``metrics``: more
+    ``fn(imagined, true)`` measures (e.g. a mask IoU), taken under the true actions only.
 
     Returns ``{"ratio", "zero_ratio", "median_error": {condition: e}, "mean_error", "pairs" (errors
     compared), "lost" (the share of compared imagined observations that ``lost_fn`` flags),
     "per_step": {condition: {"median", "mean", "count"}}, "errors": {condition: [[per step] per
-    episode]}, "shuffle" (the episode whose actions each one got), "horizon"}``; conditions
+    episode]}, "metrics": {name: {"mean", "per_step"}} (with ``metrics``), "shuffle" (the episode
+    whose actions each one got), "horizon"}``; conditions
     ``true``, ``shuffled``, ``zero``. Ratios are None where the shuffled (zero) median is 0.
     """
     seeds = [int(s) for s in seeds]
@@ -364,6 +367,7 @@ def action_sensitivity(imagined, truth, seeds: Sequence[int], *, actions: np.nda
     zero = np.zeros(truth.action_space.shape, truth.action_space.dtype) if zero_action is None else zero_action
     errors: dict[str, list[list[float]]] = {"true": [], "shuffled": [], "zero": []}
     lost: dict[str, list[bool]] = {"true": [], "shuffled": [], "zero": []}
+    measured: dict[str, list[list[float]]] = {name: [] for name in metrics or {}}
     for e, s in enumerate(tqdm(seeds, desc="action sensitivity", disable=not progress, leave=False)):
         true_run = replay(truth, s, actions[e])
         for condition, sequence in (("true", actions[e]), ("shuffled", actions[shuffle[e]]),
@@ -373,6 +377,9 @@ def action_sensitivity(imagined, truth, seeds: Sequence[int], *, actions: np.nda
             errors[condition].append([float(error_fn(a, b)) for a, b in pairs])
             if lost_fn is not None:
                 lost[condition] += [bool(lost_fn(a)) for a, _ in pairs]
+            if condition == "true":
+                for name, fn in (metrics or {}).items():
+                    measured[name].append([float(fn(a, b)) for a, b in pairs])
     flat = {c: [x for episode in errs for x in episode] for c, errs in errors.items()}
     median = {c: _finite(np.median(v)) if v else None for c, v in flat.items()}
     return {
@@ -384,6 +391,8 @@ def action_sensitivity(imagined, truth, seeds: Sequence[int], *, actions: np.nda
         "lost": {c: float(np.mean(v)) if v else None for c, v in lost.items()} if lost_fn is not None else None,
         "per_step": {c: _curve(errs, horizon) for c, errs in errors.items()},
         "errors": errors,
+        "metrics": {name: {"mean": _finite(np.mean([x for e in values for x in e])) if any(values) else None,
+                           "per_step": _curve(values, horizon)} for name, values in measured.items()},
         "shuffle": shuffle.tolist(),
         "horizon": horizon,
     }
@@ -457,7 +466,8 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
 def evaluate_world(imagined, truth, policies: Mapping[str, Any] | None = None, *, episodes: int = 12,
                    seed: int = 0, error_fn: ErrorFn = centre_error, action_sampler: ActionSampler = procedural_actions,
                    zero_action: np.ndarray | None = None, horizon: int | None = None, label: str = "",
-                   lost_fn: LostFn | None = object_lost, progress: bool = True) -> dict:
+                   lost_fn: LostFn | None = object_lost, metrics: Mapping[str, ErrorFn] | None = None,
+                   progress: bool = True) -> dict:
     """Action sensitivity, policy evaluation and exploit rate of ``imagined`` against ``truth`` over
     reset seeds ``seed .. seed + episodes - 1``: one JSON-serialisable record (``policies`` None:
     :func:`scripted_policies` for the truth's chunk)."""
@@ -467,7 +477,7 @@ def evaluate_world(imagined, truth, policies: Mapping[str, Any] | None = None, *
     start = time.perf_counter()
     sensitivity = action_sensitivity(imagined, truth, seeds, action_sampler=action_sampler, error_fn=error_fn,
                                      zero_action=zero_action, horizon=horizon, seed=seed, lost_fn=lost_fn,
-                                     progress=progress)
+                                     metrics=metrics, progress=progress)
     middle = time.perf_counter()
     evaluation = evaluate_policies(imagined, truth, policies, seeds, seed=seed, lost_fn=lost_fn, progress=progress)
     return {"label": label, "episodes": episodes, "seeds": seeds, "seed": seed,
@@ -526,6 +536,9 @@ def markdown_report(record: dict) -> str:
               "- drift, median error per step (true / shuffled / zero actions): "
               + "; ".join(f"{k + 1}: {_fmt(a, 1)} / {_fmt(b, 1)} / {_fmt(c, 1)}" for k, (a, b, c) in enumerate(zip(
                   *(sens["per_step"][c]["median"] for c in ("true", "shuffled", "zero"))))),
+              *(f"- {name} under the true actions: mean {_fmt(m['mean'], 3)}; per step "
+                + "; ".join(f"{k + 1}: {_fmt(v, 3)}" for k, v in enumerate(m["per_step"]["mean"]))
+                for name, m in sens.get("metrics", {}).items()),
               f"- across {len(record['policies'])} policies, success: Pearson r {_fmt(agree['success']['pearson'])}, "
               f"Spearman rho {_fmt(agree['success']['spearman'])}, MMRV {_fmt(agree['success']['mmrv'], 3)}; "
               f"return: Pearson r {_fmt(agree['return']['pearson'])}, Spearman rho "
@@ -541,11 +554,14 @@ def markdown_report(record: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_report(records: dict | Mapping[str, dict], path: str | Path) -> None:
+def plot_report(records: dict | Mapping[str, dict], path: str | Path, metric: str = "success") -> None:
     """A PNG (matplotlib, Agg) of one record or of several (``{label: record}``, the same policies):
-    true and imagined success per policy as paired bars with 95% bootstrap intervals (left), and the
+    true and imagined ``metric`` (``"success"`` or ``"return"``) per policy as paired bars with 95%
+    bootstrap intervals (left), and the
     median imagined-vs-true error per step of the horizon under the true, shuffled and zero actions
     (right; a line style per record)."""
+    if metric not in ("success", "return"):
+        raise ValueError(f"metric={metric!r} is invalid; use 'success' or 'return'")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -562,15 +578,18 @@ def plot_report(records: dict | Mapping[str, dict], path: str | Path) -> None:
     y = np.arange(len(names))
     for n, (world, label, record) in enumerate(bars):
         rows = {r["name"]: r[world] for r in record["policies"]}
-        value = np.array([rows[name]["success"] for name in names])
-        ci = np.array([rows[name]["success_ci"] for name in names], dtype=float).T
+        value = np.array([rows[name][metric] for name in names])
+        ci = np.array([rows[name][f"{metric}_ci"] for name in names], dtype=float).T
         if world == "imagined":
-            label += f" (Spearman {_fmt(record['agreement']['success']['spearman'])})"
+            label += f" (Spearman {_fmt(record['agreement'][metric]['spearman'])})"
         left.barh(y + (n - (len(bars) - 1) / 2) * height, value, height, xerr=np.abs(ci - value), capsize=2,
                   color="0.55" if world == "true" else f"C{n - 1}", label=label, error_kw={"lw": 0.8})
     left.set_yticks(y, names, fontsize=8)
     left.invert_yaxis()
-    left.set(xlim=(0, 1.05), xlabel="success rate", title="success per policy (95% bootstrap CI)")
+    if metric == "success":
+        left.set_xlim(0, 1.05)
+    left.set(xlabel="success rate" if metric == "success" else "mean return",
+             title=f"{metric} per policy (95% bootstrap CI)")
     left.legend(fontsize=7, loc="lower right")
     styles = ["-", "--", ":", "-."]
     for n, (label, record) in enumerate(records.items()):

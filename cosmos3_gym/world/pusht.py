@@ -27,10 +27,11 @@ target positions are scaled from gym-pusht's canvas to [-1, 1] (:func:`model_act
 data records them (min-max normalised, with the canvas as the range). Deltas would need the agent's
 position, which an imagined world only has as pixels.
 
-**The model.** The embedded tiny Cosmos 3 was trained on the procedural world, not on PushT: its
-PushT imaginings are poor (a placeholder that exercises every code path). Pass a PushT checkpoint as
-``gym.make("Cosmos3PushT-v0", checkpoint=DIR)`` (a diffusers-layout Cosmos 3 directory, as
-``Cosmos3World-v0`` takes); :mod:`cosmos3_gym.world.pusht_data` writes clips to train one on.
+**The model.** By default the PushT Cosmos 3 shipped in ``cosmos3_gym/assets/cosmos3-pusht``
+(:data:`PUSHT_CHECKPOINT`: the tiny model's classes widened to 192 and 8 layers, 7.6 M parameters,
+trained on 6000 gym-pusht clips by :mod:`cosmos3_gym.train_pusht` for 15.5 minutes on an H100; its
+transformer stored in float16, 16 MB, and run in float32). ``checkpoint=DIR`` takes another
+(a diffusers-layout Cosmos 3 directory, as ``Cosmos3World-v0`` takes); ``model=`` a loaded one.
 
 Needs ``pip install 'cosmos3-gym[pusht]'`` (gym-pusht: pymunk, pygame, shapely, opencv).
 """
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -56,6 +58,8 @@ from .pusht_coverage import SIZE, chunk_coverages, make_pusht, pusht_reward
 CHUNK = 8  # gym-pusht actions per step (Cosmos 3 generates 1 + 4m frames: chunk is a multiple of 4)
 MAX_EPISODE_STEPS = 300  # gym-pusht's registered TimeLimit (gym_pusht/__init__.py)
 CANVAS = 512.0  # gym-pusht's action range [0, 512] per axis
+# the PushT world model shipped with the package (python -m cosmos3_gym.train_pusht; its training.json says how)
+PUSHT_CHECKPOINT = str(Path(__file__).resolve().parents[1] / "assets" / "cosmos3-pusht")
 PROMPT = "A top-down view of a blue circular agent pushing a grey T-shaped block into the green T-shaped target."
 TARGET_HINT = "(agent target positions in gym-pusht's 512x512 canvas); clip the targets to [0, 512]"
 RESET_HINT = "; the start is gym-pusht's reset(seed=...)"
@@ -215,7 +219,7 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
     ``ceil(300 / chunk)``), ``prompt``, ``exact_coverage`` (refine the block's pose with gym-pusht's
     renderer; default True; False: the smooth fit only, faster, about 0.03 at worst), ``num_steps``,
     ``kind``, ``guidance_scale``, ``noise_level``, ``domain``, ``autoreset_mode``, ``render_mode``,
-    ``checkpoint`` (a PushT-trained Cosmos 3; default: the embedded placeholder), ``device``,
+    ``checkpoint`` (a PushT-trained Cosmos 3; default: :data:`PUSHT_CHECKPOINT`), ``device``,
     ``dtype``, ``model``.
     """
 
@@ -231,6 +235,8 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         if not isinstance(prompt, str) or not prompt:
             raise ValueError(f"prompt={prompt!r} is invalid; use a non-empty string")
         self.pusht = make_pusht()  # before the model loads: a missing gym-pusht fails fast
+        if not checkpoint and model is None:
+            checkpoint = PUSHT_CHECKPOINT
         super().__init__(num_envs, chunk=chunk, horizon=horizon, size=SIZE, num_steps=num_steps, kind=kind,
                          guidance_scale=guidance_scale, noise_level=noise_level, domain=domain,
                          autoreset_mode=autoreset_mode, render_mode=render_mode, checkpoint=checkpoint, device=device,

@@ -56,8 +56,9 @@ WHITE, GOAL_GREEN = (255, 255, 255), (144, 238, 144)
 BLOCK_FILL, BLOCK_EDGE = (143, 163, 184), (119, 136, 153)
 AGENT, AGENT_LIGHT, WALL, CONTACT = (65, 105, 225), (78, 126, 255), (211, 211, 211), (231, 76, 60)
 BACKGROUND, BLOCK, UNKNOWN = 0, 1, 2
-_PALETTE = np.array([WHITE, (233, 233, 233), (248, 248, 248), WALL, GOAL_GREEN, BLOCK_FILL, BLOCK_EDGE, AGENT,
-                     AGENT_LIGHT, CONTACT], dtype=np.float32)
+PALETTE = np.array([WHITE, (233, 233, 233), (248, 248, 248), WALL, GOAL_GREEN, BLOCK_FILL, BLOCK_EDGE, AGENT,
+                    AGENT_LIGHT, CONTACT], dtype=np.float32)  # every colour gym-pusht renders
+AGENT_INDICES = (7, 8)  # PALETTE's rows of the agent's colours
 _LABELS = np.array([BACKGROUND] * 5 + [BLOCK] * 2 + [UNKNOWN] * 3)
 
 # The canvas point each output pixel samples (pygame coordinates: pixel centres at integers), as
@@ -69,12 +70,17 @@ _MIN_PIXELS, _MAX_PIXELS = 60, 600  # a T covers about 255 pixels of a 96x96 fra
 _MIN_IOU = 0.5
 
 
+def nearest_colours(frame: np.ndarray) -> np.ndarray:
+    """``[H, W]``: the row of :data:`PALETTE` nearest each pixel of a uint8 ``[H, W, 3]`` frame."""
+    f = np.asarray(frame, dtype=np.float32).reshape(-1, 3)
+    d = (f * f).sum(1)[:, None] - 2.0 * f @ PALETTE.T + (PALETTE * PALETTE).sum(1)[None]
+    return d.argmin(1).reshape(frame.shape[:2])
+
+
 def pixel_labels(frame: np.ndarray) -> np.ndarray:
     """``[96, 96]`` labels of a uint8 ``[96, 96, 3]`` frame: :data:`BLOCK`, :data:`UNKNOWN` (the
     agent, contact dots) or :data:`BACKGROUND` (white, goal, walls), by the nearest rendered colour."""
-    f = np.asarray(frame, dtype=np.float32).reshape(-1, 3)
-    d = (f * f).sum(1)[:, None] - 2.0 * f @ _PALETTE.T + (_PALETTE * _PALETTE).sum(1)[None]
-    return _LABELS[d.argmin(1)].reshape(frame.shape[:2])
+    return _LABELS[nearest_colours(frame)]
 
 
 def _erode(mask):
