@@ -13,11 +13,15 @@ generation per step for all envs) behind SB3's VecEnv interface.
                                                        # 2-core CPU beside other runs: 21-25 min, most of it
                                                        # the imagined steps)
     python examples/dream_to_real.py --timesteps 8192 --num-envs 32
+    python examples/dream_to_real.py --quick           # half the budget, 50 episodes: 13 min beside another
+                                                       # run; seed 0: imagination 46 %, true world 82 %,
+                                                       # random 14 %: dream / real 0.56 (the full run: 0.88)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import gymnasium as gym
@@ -30,7 +34,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.train.args import apply_quick, parse_args, require_at_least
 from cosmos3_gym.model.model import check_checkpoint
 from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
 from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
@@ -48,8 +52,12 @@ class Args:
     checkpoint: str = ""  # the world model's weights, e.g. train_world_model's --out (default: the embedded model)
     seed: int = 0
     out: str = "out"
+    quick: bool = False  # --timesteps 2048 --eval-episodes 50 (unless given): the gap, in about half the time
+    QUICK: ClassVar[dict] = {"timesteps": 2048, "eval_episodes": 50}
 
     def __post_init__(self):
+        if self.quick:
+            apply_quick(self, self.QUICK)
         require_at_least(self, timesteps=1, num_envs=1, n_steps=2, num_steps=1, eval_episodes=1)
         if self.checkpoint:  # now, not after the true-world agent has trained
             try:

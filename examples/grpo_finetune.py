@@ -11,12 +11,15 @@ the conditional model to follow the prompt on its own, which CFG otherwise buys 
 second forward.
 
     python examples/grpo_finetune.py           # out/grpo_reward.png; 2-core CPU: 6 min alone, 15-27 min
-                                               # beside other runs
+                                               # beside other runs (0.92 -> 0.95 over 60 iterations)
+    python examples/grpo_finetune.py --quick   # 20 iterations: 6.1 min beside another run, 0.919 -> 0.927
+                                               # (first -> last 4; at --learning-rate 3e-5 0.920 -> 0.927)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import gymnasium as gym
@@ -24,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.train.args import apply_quick, parse_args, require_at_least
 from cosmos3_gym.train.grpo import group_advantages, grpo_update
 from cosmos3_gym.model.model import Cosmos3Model
 from cosmos3_gym.train.plots import reward_curve
@@ -44,8 +47,12 @@ class Args:
     clip_range: float = 0.2
     seed: int = 0
     out: str = "out"
+    quick: bool = False  # --iterations 20 (unless given): the reward's rise, in a third of the time
+    QUICK: ClassVar[dict] = {"iterations": 20}
 
     def __post_init__(self):
+        if self.quick:
+            apply_quick(self, self.QUICK)
         require_at_least(self, num_groups=1, group_size=2, num_steps=1, iterations=1, epochs=1)
 
 
