@@ -36,6 +36,7 @@ Writes a diffusers-layout checkpoint (``gym.make("Cosmos3PushT-v0", checkpoint=O
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -108,8 +109,8 @@ class PushTTrainArgs:
                          vae_base_dim=4, vae_steps=0, vae_batch=1, steps=1, batch=1, log_every=1)
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         parse_mix(self.mix)
-        if not self.foreground_weight >= 0.0:
-            raise ValueError(f"--foreground-weight {self.foreground_weight} is not >= 0 (0: a plain MSE)")
+        if not (math.isfinite(self.foreground_weight) and self.foreground_weight >= 0.0):
+            raise ValueError(f"--foreground-weight {self.foreground_weight} is not a finite number >= 0 (0: a plain MSE)")
         for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
@@ -243,12 +244,13 @@ def train_vae(model, frames: np.ndarray, args: PushTTrainArgs, log: list, deadli
         batch = frames[np.sort(rng.integers(0, len(frames), args.vae_batch))]
         recon, target, kl = canvas_reconstruction(model, batch, args.resolution_tier)
         mask = foreground(batch, recon.device)
-        mse = weighted_mse(recon, target, 1.0 + args.foreground_weight * mask)
+        loss = weighted_mse(recon, target, 1.0 + args.foreground_weight * mask)
         progress = schedule_step(step, args.vae_steps, started, deadline)
-        _update(optimizer, mse + args.kl_weight * kl, vae.parameters(), _lr(progress, args.vae_steps, args.vae_lr))
+        _update(optimizer, loss + args.kl_weight * kl, vae.parameters(), _lr(progress, args.vae_steps, args.vae_lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.vae_steps - 1 or out_of_time:
-            log.append({"stage": "vae", "step": step, "canvas_mse": mse.item(),
+            log.append({"stage": "vae", "step": step, "canvas_loss": loss.item(),
+                        "canvas_mse": torch.nn.functional.mse_loss(recon, target).item(),
                         "foreground_mse": weighted_mse(recon, target, mask).item()})
         if out_of_time:
             break

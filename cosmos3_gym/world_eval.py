@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import gymnasium as gym
@@ -49,7 +49,7 @@ class WorldEvalArgs:
     clone_clips: int = 400  # pusht: scripted pushes (gym-pusht) the nearest-neighbour clone policy learns from
     goal: str = ""  # "" a random corner per episode (the scripted policies read it from the prompt), or e.g. "top left"
     seed: int = 0  # reset seeds seed ..; also the shuffle, the random actions and the bootstrap
-    checkpoint: str = ""  # the world model's weights (default: the embedded model)
+    checkpoint: str = ""  # the world model's weights (default: the embedded model; pusht: the shipped PushT model)
     disagreement: int = 0  # K >= 2: sample each imagined step K times (K times slower); AUROC of the spread
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
@@ -61,6 +61,9 @@ class WorldEvalArgs:
             raise ValueError(f"--world {self.world!r} is not one of {list(WORLDS)}")
         if self.world == "pusht" and (self.goal or self.disagreement):
             raise ValueError("--goal and --disagreement are the procedural world's; leave them out with --world pusht")
+        defaults = {f.name: f.default for f in fields(self)}
+        if self.world != "pusht" and (self.horizon, self.clone_clips) != (defaults["horizon"], defaults["clone_clips"]):
+            raise ValueError("--horizon and --clone-clips are PushT's; add --world pusht or leave them out")
         self.noise_levels = self.noise_levels or ("0,20,40" if self.world == "pusht" else "0,1,2,4,8")
         if self.disagreement == 1 or self.disagreement < 0:
             raise ValueError(f"--disagreement {self.disagreement}: use 0 (off) or a number of samples >= 2")
@@ -72,6 +75,8 @@ class WorldEvalArgs:
                              "use comma-separated numbers") from None
         if min(self.steps_list) < 1:
             raise ValueError(f"--num-steps {self.num_steps}: use integers >= 1")
+        if min(self.noise_list) < 0 or len(set(self.noise_list)) < len(self.noise_list):
+            raise ValueError(f"--noise-levels {self.noise_levels}: use distinct values >= 0")
         if self.checkpoint:
             check_checkpoint(self.checkpoint)
 

@@ -26,7 +26,8 @@ from tqdm import tqdm
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.train.args import parse_args, require_at_least
 from cosmos3_gym.world.pusht_coverage import frame_coverage
-from cosmos3_gym.world.pusht_eval import agent_error, pusht_policies, state_error
+from cosmos3_gym.model.model import check_checkpoint
+from cosmos3_gym.world.pusht_eval import agent_error, block_mass_error, pusht_policies
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -35,7 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 @dataclass
 class Args:
     seed: int = 0  # gym-pusht's reset seed, in both worlds
-    policy: str = "pusher"  # one of pusht_policies(): pusher, pusher noise 20, slow pusher, random walk, still, away
+    policy: str = "pusher"  # one of pusht_policies(): pusher, pusher noise 20 / 40, slow pusher, random walk, still, away
     chunks: int = 8  # chunks of 8 actions (8 chunks: 64 of gym-pusht's steps)
     num_steps: int = 8  # denoising steps per imagined chunk
     checkpoint: str = ""  # a PushT Cosmos 3 (default: the shipped one)
@@ -48,6 +49,11 @@ class Args:
         names = list(pusht_policies())
         if self.policy not in names:
             raise ValueError(f"--policy {self.policy!r} is not one of {names}")
+        if self.checkpoint:  # now, not after the real episode
+            try:
+                check_checkpoint(self.checkpoint)
+            except (FileNotFoundError, ValueError) as error:
+                raise ValueError(f"--checkpoint: {error}") from None
 
 
 def main(args: Args) -> None:
@@ -89,11 +95,11 @@ def main(args: Args) -> None:
     frames = [np.concatenate([real_frames[k], gap, dream_frames[k]], axis=1) for k in range(count)]
     frames = [f.repeat(args.scale, axis=0).repeat(args.scale, axis=1) for f in frames]
     imageio.mimwrite(out / "pusht_dream.gif", frames, duration=100, loop=0)
-    errors = [state_error(dream_frames[k], real_frames[k]) for k in range(count)]
     agent = [agent_error(dream_frames[k], real_frames[k]) for k in range(count)]
+    block = [block_mass_error(dream_frames[k], real_frames[k]) for k in range(count)]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
-    left.plot(agent, label="agent")
-    left.plot(2 * np.array(errors) - np.array(agent), label="block centroid")
+    left.plot(agent, label="agent (lost: the diagonal, 136)")
+    left.plot(block, label="block")
     left.set(xlabel="gym-pusht step", ylabel="imagined vs real (px of 96)", title=f"{args.policy}, seed {args.seed}")
     left.legend()
     right.plot(real_coverage[:count], label="gym-pusht")
@@ -102,8 +108,8 @@ def main(args: Args) -> None:
     right.legend()
     fig.tight_layout()
     fig.savefig(out / "pusht_dream.png", dpi=110)
-    print(f"{args.policy}, seed {args.seed}: {count - 1} steps; mean imagined-vs-real error {np.mean(errors[1:]):.1f} px "
-          f"(agent {np.mean(agent[1:]):.1f} px); final coverage real {real_coverage[count - 1]:.3f}, "
+    print(f"{args.policy}, seed {args.seed}: {count - 1} steps; mean imagined-vs-real error: block "
+          f"{np.mean(block[1:]):.1f} px, agent {np.mean(agent[1:]):.1f} px; final coverage real {real_coverage[count - 1]:.3f}, "
           f"imagined {dream_coverage[count - 1]:.3f}; wrote {out / 'pusht_dream.gif'} and {out / 'pusht_dream.png'}")
 
 

@@ -291,6 +291,12 @@ def test_world_eval_takes_its_own_flags(capsys, keep_threads):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["world-eval", "--episodes", "1"])
     assert exit_.value.code == 2 and "--episodes 1 is too small; use 2 or more" in capsys.readouterr().err
+    for flags, message in ((["--horizon", "4"], "--horizon and --clone-clips are PushT's"),
+                           (["--noise-levels", "0,-1"], "--noise-levels 0,-1: use distinct values >= 0"),
+                           (["--noise-levels", "1,1"], "--noise-levels 1,1: use distinct values >= 0")):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["world-eval", *flags])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 @pytest.mark.slow

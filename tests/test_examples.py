@@ -60,7 +60,7 @@ def test_dream_to_real_smoke(tmp_path):
 def test_pusht_dream_smoke(tmp_path):
     pytest.importorskip("gym_pusht")
     out = run("pusht_dream.py", "--chunks", "1", "--num-steps", "1", tmp_path=tmp_path)
-    assert out.startswith("pusher, seed 0: 8 steps; mean imagined-vs-real error")
+    assert out.startswith("pusher, seed 0: 8 steps; mean imagined-vs-real error: block")
     frames = imageio.mimread(tmp_path / "pusht_dream.gif")
     assert len(frames) == 9 and frames[0].shape[:2] == (3 * 96, 3 * 196)  # real | gap | imagined, 3x
     assert (tmp_path / "pusht_dream.png").read_bytes()[:4] == b"\x89PNG"

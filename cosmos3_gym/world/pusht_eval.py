@@ -10,8 +10,8 @@ world has nothing else), by the segmentation the env's reward reads
   step of the horizon under the true actions, and :func:`block_lost` (no T pose fits) as the harness's
   "object lost";
 * open-loop actions for the sensitivity test (:func:`random_walk_targets`: a random walk of the
-  agent's target, so the agent moves and sometimes pushes) and ``HOLD`` (the target held at the
-  canvas centre) in place of zero actions, which in PushT would drag the agent into a corner;
+  agent's target, so the agent moves and sometimes pushes) and :func:`hold_actions` (the target held
+  at the canvas centre) in place of zero actions, which in PushT would drag the agent into a corner;
 * reference policies (:func:`pusht_policies`) acting on what each world shows: the scripted pusher of
   :mod:`cosmos3_gym.world.pusht_data` at several noise levels and at a crawl, a random walk, standing
   still, backing away from the block, and a trained one (:func:`clone_policy`: nearest-neighbour
@@ -31,29 +31,30 @@ from .pusht import CANVAS, CHUNK
 from .pusht_coverage import AGENT_INDICES, BLOCK, SIZE, block_pose, frame_coverage, nearest_colours, pixel_labels
 from .pusht_data import KINDS, Clips, Pusher
 
-HOLD = np.full((CHUNK, 2), CANVAS / 2, np.float32)  # PushT's "zero action": the target held at the centre
 WALK_STEP = 25.0  # the random walk's step per action, in canvas units
 CRAWL = 8.0  # the slow pusher's largest move per action, in canvas units (the pusher's waypoints are 30-100 away)
 
 
 def _mass_centre(mask: np.ndarray) -> np.ndarray | None:
-    """The mean ``(x, y)`` of a mask's pixels in canvas units (pixel centres), None for fewer than 2 pixels."""
+    """The mean ``(x, y)`` of a mask's pixels in canvas units (the canvas point each pixel samples, as
+    gym-pusht's resize maps them), None for fewer than 2 pixels."""
     rows, cols = np.nonzero(mask)
     if rows.size < 2:
         return None
-    return np.array([cols.mean() + 0.5, rows.mean() + 0.5]) * (CANVAS / SIZE)
+    return (np.array([cols.mean(), rows.mean()]) + 0.5) * (CANVAS / SIZE) - 0.5
 
 
 def agent_position(frame: np.ndarray) -> np.ndarray | None:
     """The agent's centre in gym-pusht's 512x512 canvas units: the mass of a uint8 ``[96, 96, 3]``
     frame's pixels nearest the agent's colours (:func:`~cosmos3_gym.world.pusht_coverage.nearest_colours`),
-    None where there are none. A mass, not a fitted disc, so that a blurred imagined agent still has a position."""
+    None with fewer than 2 such pixels. A mass, not a fitted disc, so that a blurred imagined agent
+    still has a position."""
     return _mass_centre(np.isin(nearest_colours(frame), AGENT_INDICES))
 
 
 def block_position(frame: np.ndarray) -> np.ndarray | None:
-    """The mass centre of the block-coloured pixels in canvas units (None without any): a blurred
-    imagined block, which no T pose fits, still has one."""
+    """The mass centre of the block-coloured pixels in canvas units (None with fewer than 2): a
+    blurred imagined block, which no T pose fits, still has one."""
     return _mass_centre(pixel_labels(frame) == BLOCK)
 
 
@@ -75,10 +76,20 @@ def agent_error(imagined: np.ndarray, true: np.ndarray) -> float:
     return _error(agent_position, imagined, true)
 
 
+def block_mass_error(imagined: np.ndarray, true: np.ndarray) -> float:
+    """Distance in frame pixels between the blocks of two frames (:func:`block_position`)."""
+    return _error(block_position, imagined, true)
+
+
 def state_error(imagined: np.ndarray, true: np.ndarray) -> float:
-    """The mean of the agent's and the block's (:func:`block_position`) errors in frame pixels: the
-    harness's error for PushT."""
-    return 0.5 * (agent_error(imagined, true) + _error(block_position, imagined, true))
+    """The mean of the agent's and the block's errors in frame pixels: the harness's error for PushT."""
+    return 0.5 * (agent_error(imagined, true) + block_mass_error(imagined, true))
+
+
+def agent_lost(imagined: np.ndarray, true: np.ndarray) -> float:
+    """1.0 where the true frame shows the agent and the imagined one does not (an agent lost in the
+    dream costs :func:`agent_error` the frame's diagonal), else 0.0."""
+    return float(agent_position(imagined) is None and agent_position(true) is not None)
 
 
 def block_iou(imagined: np.ndarray, true: np.ndarray) -> float:
@@ -98,7 +109,8 @@ def block_lost(frame: np.ndarray) -> bool:
     return block_pose(frame, exact=False) is None
 
 
-METRICS = {"block IoU": block_iou, "coverage error": coverage_error}
+METRICS = {"block IoU": block_iou, "coverage error": coverage_error, "block error (px)": block_mass_error,
+           "agent lost": agent_lost}
 
 
 def random_walk_targets(rng: np.random.Generator, action_space, horizon: int) -> np.ndarray:
@@ -198,7 +210,14 @@ def pusht_policies(chunk: int = CHUNK, noise_levels: Sequence[float] = (0.0, 20.
     return policies
 
 
-def pusht_harness_kwargs() -> Mapping:
-    """The keyword arguments that point :func:`~cosmos3_gym.world.harness.evaluate_world` at PushT."""
-    return {"error_fn": state_error, "action_sampler": random_walk_targets, "zero_action": HOLD,
+def hold_actions(chunk: int = CHUNK) -> np.ndarray:
+    """PushT's "zero action": every target of the chunk at the canvas centre (zeros would drag the
+    agent into a corner)."""
+    return np.full((chunk, 2), CANVAS / 2, np.float32)
+
+
+def pusht_harness_kwargs(chunk: int = CHUNK) -> Mapping:
+    """The keyword arguments that point :func:`~cosmos3_gym.world.harness.evaluate_world` at PushT
+    (chunks of ``chunk`` actions)."""
+    return {"error_fn": state_error, "action_sampler": random_walk_targets, "zero_action": hold_actions(chunk),
             "lost_fn": block_lost, "metrics": METRICS}

@@ -119,6 +119,14 @@ def test_a_run_out_of_time_still_saves_a_checkpoint_the_env_runs(tmp_path):
     assert obs.shape == (96, 96, 3) and obs.dtype == np.uint8 and np.isfinite(reward)
 
 
+def test_a_foreground_weight_that_is_not_a_finite_number_is_refused(tmp_path, capsys):
+    for value in ("inf", "nan", "-1"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--device", "cpu", "--foreground-weight", value, "--out", str(tmp_path / "run")])
+        assert exit_info.value.code == 2 and f"--foreground-weight {float(value)} is not a finite number" \
+            in capsys.readouterr().err
+
+
 def test_a_checkpoint_over_the_size_limit_is_refused_before_anything_loads(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--device", "cpu", "--hidden-size", "512", "--out", str(tmp_path / "run")])

@@ -13,7 +13,7 @@ from cosmos3_gym.world.pusht import CHUNK, PushTTwinEnv  # noqa: E402
 from cosmos3_gym.world.pusht_coverage import SIZE, make_pusht  # noqa: E402
 from cosmos3_gym.world.pusht_data import Pusher, generate  # noqa: E402
 from cosmos3_gym.world.pusht_eval import (  # noqa: E402
-    HOLD, WALK_STEP, agent_position, block_iou, clone_policy, coverage_error, pusht_harness_kwargs, pusht_policies,
+    WALK_STEP, agent_position, block_iou, clone_policy, coverage_error, pusht_harness_kwargs, pusht_policies,
     random_walk_targets, state_error,
 )
 
@@ -105,4 +105,5 @@ def test_a_world_that_is_gym_pusht_scores_as_gym_pusht():
     for row in record["policies"]:
         assert row["true"]["returns"] == row["imagined"]["returns"] and row["exploits"] == 0
     assert record["agreement"]["return"]["spearman"] == pytest.approx(1.0)
-    assert HOLD.shape == truth.action_space.shape and truth.action_space.contains(HOLD)
+    hold = pusht_harness_kwargs()["zero_action"]
+    assert hold.shape == truth.action_space.shape and truth.action_space.contains(hold)
