@@ -6,9 +6,10 @@ world has nothing else), by the segmentation the env's reward reads
 
 * the error between two frames (:func:`state_error`): the mean of the agent's and the block's
   position errors in pixels of the 96x96 frame, each the mass centre of its colour (a blurred
-  imagining that no T pose fits still has one); :func:`block_iou` and :func:`coverage_error` per
-  step of the horizon under the true actions, and :func:`block_lost` (no T pose fits) as the harness's
-  "object lost";
+  imagining that no T pose fits still has one; one that is missing counts the frame's diagonal);
+  per step of the horizon under the true actions (:data:`METRICS`) :func:`block_iou`,
+  :func:`coverage_error`, the block's error alone (:func:`block_mass_error`) and :func:`agent_lost`;
+  :func:`block_lost` (no T pose fits) as the harness's "object lost";
 * open-loop actions for the sensitivity test (:func:`random_walk_targets`: a random walk of the
   agent's target, so the agent moves and sometimes pushes) and :func:`hold_actions` (the target held
   at the canvas centre) in place of zero actions, which in PushT would drag the agent into a corner;
