@@ -329,7 +329,7 @@ def test_world_eval_scores_the_shipped_pusht_model_against_gym_pusht(tmp_path, m
                      "--clone-clips", "4", "--out", str(tmp_path), "--no-progress", "--device", "cpu"]) == 0
     record = json.loads((tmp_path / "world_eval.json").read_text())["records"]["num_steps=1"]
     assert [row["name"] for row in record["policies"]] == ["pusher", "still", "clone"]
-    assert set(record["sensitivity"]["metrics"]) == {"block IoU", "coverage error"}
+    assert set(record["sensitivity"]["metrics"]) == {"block IoU", "coverage error", "block error (px)", "agent lost"}
     assert 0.0 <= record["sensitivity"]["metrics"]["block IoU"]["mean"] <= 1.0
     text = (tmp_path / "world_eval.md").read_text()
     assert text.startswith("# cosmos3-gym world-eval --world pusht --horizon 1")
