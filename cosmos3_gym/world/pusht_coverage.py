@@ -58,7 +58,7 @@ AGENT, AGENT_LIGHT, WALL, CONTACT = (65, 105, 225), (78, 126, 255), (211, 211, 2
 BACKGROUND, BLOCK, UNKNOWN = 0, 1, 2
 PALETTE = np.array([WHITE, (233, 233, 233), (248, 248, 248), WALL, GOAL_GREEN, BLOCK_FILL, BLOCK_EDGE, AGENT,
                     AGENT_LIGHT, CONTACT], dtype=np.float32)  # every colour gym-pusht renders
-AGENT_INDICES = (7, 8)  # PALETTE's rows of the agent's colours
+AGENT_INDICES = tuple(i for i, colour in enumerate(PALETTE.tolist()) if tuple(colour) in (AGENT, AGENT_LIGHT))
 _LABELS = np.array([BACKGROUND] * 5 + [BLOCK] * 2 + [UNKNOWN] * 3)
 
 # The canvas point each output pixel samples (pygame coordinates: pixel centres at integers), as
@@ -353,13 +353,18 @@ def block_centre(frame: np.ndarray) -> tuple[float, float] | None:
     return (x - np.sin(angle) * T_CENTROID_V) * scale, (y + np.cos(angle) * T_CENTROID_V) * scale
 
 
-def block_error(imagined: np.ndarray, true: np.ndarray) -> float:
-    """Distance in pixels between the block centroids of two frames (an ``error_fn`` for
-    :mod:`cosmos3_gym.world.harness`): 0 where neither shows a T, the frame's diagonal where one does not."""
-    a, b = block_centre(imagined), block_centre(true)
+def point_error(a, b) -> float:
+    """Distance in frame pixels between two points ``(x, y)`` read from two frames: 0 where neither
+    frame has one, the frame's diagonal where one does not (the error stays finite)."""
     if a is None or b is None:
         return 0.0 if a is None and b is None else float(np.hypot(SIZE, SIZE))
     return float(np.hypot(a[0] - b[0], a[1] - b[1]))
+
+
+def block_error(imagined: np.ndarray, true: np.ndarray) -> float:
+    """Distance in pixels between the block centroids of two frames (an ``error_fn`` for
+    :mod:`cosmos3_gym.world.harness`): 0 where neither shows a T, the frame's diagonal where one does not."""
+    return point_error(block_centre(imagined), block_centre(true))
 
 
 def make_pusht(**kwargs):

@@ -29,7 +29,9 @@ import numpy as np
 
 from .harness import Policy
 from .pusht import CANVAS, CHUNK
-from .pusht_coverage import AGENT_INDICES, BLOCK, SIZE, block_pose, frame_coverage, nearest_colours, pixel_labels
+from .pusht_coverage import (
+    AGENT_INDICES, BLOCK, SIZE, block_pose, frame_coverage, nearest_colours, pixel_labels, point_error,
+)
 from .pusht_data import KINDS, Clips, Pusher
 
 WALK_STEP = 25.0  # the random walk's step per action, in canvas units
@@ -59,17 +61,11 @@ def block_position(frame: np.ndarray) -> np.ndarray | None:
     return _mass_centre(pixel_labels(frame) == BLOCK)
 
 
-def _distance(a, b) -> float:
-    """Pixels between two points given in pixels; 0 where both are missing, the frame's diagonal where one is."""
-    if a is None or b is None:
-        return 0.0 if a is None and b is None else float(np.hypot(SIZE, SIZE))
-    return float(np.hypot(a[0] - b[0], a[1] - b[1]))
-
-
 def _error(position, imagined: np.ndarray, true: np.ndarray) -> float:
+    """:func:`~cosmos3_gym.world.pusht_coverage.point_error` of the two frames' ``position`` (canvas units)."""
     scale = SIZE / CANVAS
     a, b = position(imagined), position(true)
-    return _distance(None if a is None else a * scale, None if b is None else b * scale)
+    return point_error(None if a is None else a * scale, None if b is None else b * scale)
 
 
 def agent_error(imagined: np.ndarray, true: np.ndarray) -> float:
