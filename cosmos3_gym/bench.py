@@ -210,10 +210,11 @@ def measure_env(venv, episodes: int, options: dict | None = None) -> tuple[float
     return n * episodes / seconds, step_times, trajectories
 
 
-def measure_forward(venv, guidance: float, options: dict | None = None) -> tuple[float, float, object]:
-    """Mid-episode (text cached): the bare transformer forward over all rows, and the bare
-    transition (forward + CFG + SDE, :meth:`RolloutEngine.prepare_step`, nothing installed).
-    Returns (forward seconds, transition seconds, the packing)."""
+def measure_forward(venv, guidance: float, options: dict | None = None) -> tuple[dict, float, object]:
+    """Mid-episode (text cached): the bare transformer forward over all rows, eager and (where the
+    model uses them) replayed from a CUDA graph, and the bare transition (forward + CFG + SDE,
+    :meth:`RolloutEngine.prepare_step`, nothing installed).
+    Returns ({"eager" / "graphed": forward seconds}, transition seconds, the packing)."""
     engine = venv.unwrapped.engine
     n = engine.num_slots
     slots = list(range(n))
@@ -226,8 +227,15 @@ def measure_forward(venv, guidance: float, options: dict | None = None) -> tuple
     rows = {name: [e.current(name).unsqueeze(0) if name == "video" else e.current(name)
                    for _ in range(2) for e in episodes] for name in engine.streams}  # pack_cfg_rows' order
     timesteps = [float(episodes[0].timesteps[1])] * 2 * n
-    engine.model.velocity(packed, rows, timesteps)  # fills this packing's text cache
-    forward = _timed(lambda: engine.model.velocity(packed, rows, timesteps), engine.device, 5)
+    model = engine.model
+    model.velocity(packed, rows, timesteps)  # fills this packing's text cache
+    graphs, forward = model.cuda_graphs, {}
+    model.cuda_graphs = False
+    forward["eager"] = _timed(lambda: model.velocity(packed, rows, timesteps), engine.device, 5)
+    model.cuda_graphs = graphs
+    if graphs:
+        model.velocity(packed, rows, timesteps)  # captures this packing's graph
+        forward["graphed"] = _timed(lambda: model.velocity(packed, rows, timesteps), engine.device, 5)
     with torch.no_grad():
         transition = _timed(lambda: engine.prepare_step(slots, guidance_t, level), engine.device, 5)
     return forward, transition, packed
@@ -308,9 +316,10 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
     print(f"diffusers_pipeline: {pipe_rate:.3f} samples/s ({1 / pipe_rate:.3f} s per sample, of which "
           f"{encode:.3f} s is its VAE encode of the {'conditioning' if action else 'empty conditioning'} video)")
     print(f"cosmos3_gym_vector_env: {env_rate:.3f} samples/s ({num_envs / env_rate:.3f} s per {num_envs} samples)")
-    print(f"transformer_forward (text cached, vision tokens computed): {forward * 1e3:.1f} ms for "
-          f"{len(packed.rows)} rows, {flops / 1e12:.1f} TFLOP, "
-          f"{flops / forward / 1e12:.0f} TFLOP/s = {flops / forward / 1e12 / peak:.1%} of matmul peak")
+    for kind, seconds in forward.items():
+        print(f"transformer_forward, {kind} (text cached, vision tokens computed): {seconds * 1e3:.1f} ms for "
+              f"{len(packed.rows)} rows, {flops / 1e12:.1f} TFLOP, "
+              f"{flops / seconds / 1e12:.0f} TFLOP/s = {flops / seconds / 1e12 / peak:.1%} of matmul peak")
     print(f"env_step: {env_step * 1e3:.1f} ms median; bare transition (forward + CFG + SDE): {bare * 1e3:.1f} ms; "
           f"env_overhead: {max(0.0, 1 - bare / env_step):.2%}")
     print(f"peak_gpu_memory: {peak_memory:.1f} GiB")

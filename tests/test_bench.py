@@ -13,7 +13,7 @@ def test_measurements_on_the_tiny_model():
     rate, step_times, trajectories = measure_env(venv, episodes=1)
     assert rate > 0 and len(step_times) == 2 and len(trajectories) == 1 and len(trajectories[0]) == 2
     forward, transition, packed = measure_forward(venv, 6.0)
-    assert 0 < forward and 0 < transition and len(packed.rows) == 4
+    assert list(forward) == ["eager"] and 0 < forward["eager"] and 0 < transition and len(packed.rows) == 4
     errors = measure_replay(venv.unwrapped.model, trajectories)
     assert all(np.all(e == 0) for e in errors.values())  # fp32 on the CPU: the replay repeats the rollout
 
@@ -30,7 +30,7 @@ def test_measurements_in_an_action_mode(tiny_model):
     assert rate > 0 and all(t.action_mode == "forward_dynamics" for t in trajectories[0])
     np.testing.assert_array_equal(trajectories[0][1].action_latents[-1][:, :2].numpy(), options["actions"][1])
     forward, transition, packed = measure_forward(venv, 6.0, options)
-    assert 0 < forward and packed.has_action and packed.gen_lengths[0] == 3 * 4 * 4 + 8
+    assert 0 < forward["eager"] and packed.has_action and packed.gen_lengths[0] == 3 * 4 * 4 + 8
     errors = measure_replay(tiny_model, trajectories)
     assert all(np.all(e == 0) for e in errors.values())
 

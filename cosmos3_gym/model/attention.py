@@ -132,7 +132,7 @@ class PackedRowsAttnProcessor:
         return und_out, packed(gen_out)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: a CUDA graph belongs to the processors it was captured through
 class ForwardContext:
     """What the per-layer processors of one transformer share during a forward."""
 

@@ -9,7 +9,10 @@ them touches this file and no other.
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
+
+import torch
 
 from diffusers.models.transformers import transformer_cosmos3 as _transformer
 from diffusers.pipelines.cosmos import pipeline_cosmos3_omni as _pipeline
@@ -55,3 +58,28 @@ def quiet_legacy_weight_norm():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"`torch\.nn\.utils\.weight_norm` is deprecated", FutureWarning)
         yield
+
+
+@contextlib.contextmanager
+def action_heads_without_host_checks(transformer):
+    """Inside, the transformer's action heads (diffusers' ``DomainAwareLinear``) skip their check that
+    every domain id is in range: a device-to-host read, which a CUDA graph capture cannot contain.
+    The same embedding lookups and batched products otherwise. For domain ids checked on the host
+    already, as every packing's are (the embodiment table gives them)."""
+    heads = [m for m in transformer.modules() if isinstance(m, _transformer.DomainAwareLinear)]
+    for head in heads:
+        head.forward = functools.partial(_unchecked_domain_linear, head)
+    try:
+        yield
+    finally:
+        for head in heads:
+            del head.forward
+
+
+def _unchecked_domain_linear(head, x, domain_id):
+    domain_id = domain_id.to(device=x.device, dtype=torch.long).reshape(-1)
+    weight = head.fc(domain_id).view(domain_id.shape[0], head.input_size, head.output_size)
+    bias = head.bias(domain_id).view(domain_id.shape[0], head.output_size)
+    if x.ndim == 2:
+        return torch.bmm(x.unsqueeze(1), weight).squeeze(1) + bias
+    return torch.bmm(x, weight) + bias.unsqueeze(1)

@@ -20,7 +20,8 @@ import torch
 from .attention import install_processors
 from .checkpoint import check_checkpoint, component_config, load_component, naming_component, read_json
 from .conditions import ConditionEncoding
-from .diffusers_private import quiet_legacy_weight_norm, sound_hop_size
+from .diffusers_private import action_heads_without_host_checks, quiet_legacy_weight_norm, sound_hop_size
+from .graphs import ForwardGraph
 from .interrupts import installing
 from .packing import ATTENTION_BACKENDS, PackedRows, RowSpec
 from .tiny_model import TINY_CHECKPOINT
@@ -62,6 +63,15 @@ def compiles_by_default(device: torch.device, transformer_config) -> bool:
     return torch.device(device).type != "cpu" and transformer_config.head_dim >= 64
 
 
+def checked_cuda_graphs(cuda_graphs: bool | None, device: torch.device) -> bool:
+    """``cuda_graphs`` (None: on CUDA devices) as a bool; ``ValueError`` for graphs off CUDA."""
+    if cuda_graphs is None:
+        return device.type == "cuda"
+    if cuda_graphs and device.type != "cuda":
+        raise ValueError(f"cuda_graphs=True needs a CUDA device, not {device}; pass cuda_graphs=False or None")
+    return bool(cuda_graphs)
+
+
 class Cosmos3Model(ConditionEncoding):
     """Transformer, VAE, tokenizer and scheduler config of one checkpoint on one device.
 
@@ -73,7 +83,8 @@ class Cosmos3Model(ConditionEncoding):
     many rows share one forward without seeing each other.
     """
 
-    def __init__(self, pipeline, device, dtype, attention: str = "auto", compile: bool | None = None):
+    def __init__(self, pipeline, device, dtype, attention: str = "auto", compile: bool | None = None,
+                 cuda_graphs: bool | None = None):
         self.pipeline = pipeline
         self.device = _with_index(torch.device(device))
         self.dtype = dtype
@@ -86,6 +97,8 @@ class Cosmos3Model(ConditionEncoding):
             raise ValueError(f"attention={attention!r} is not supported; choose 'auto' or one of {ATTENTION_BACKENDS}")
         self.attention = attention
         self.compile = compiles_by_default(self.device, self.transformer.config) if compile is None else compile
+        # Mid-episode forwards replay a CUDA graph captured at the packing's first cached forward.
+        self.cuda_graphs = checked_cuda_graphs(cuda_graphs, self.device)
         self.vae = pipeline.vae
         self.tokenizer = pipeline.text_tokenizer
         self.scheduler = pipeline.scheduler
@@ -105,12 +118,13 @@ class Cosmos3Model(ConditionEncoding):
     @classmethod
     def from_components(cls, transformer, vae, tokenizer, scheduler, device=None, dtype=None,
                         attention: str = "auto", compile: bool | None = None, sound_tokenizer=None,
-                        **pipeline_config) -> "Cosmos3Model":
+                        cuda_graphs: bool | None = None, **pipeline_config) -> "Cosmos3Model":
         """Wrap in-memory diffusers components, moved to ``device`` and cast to ``dtype``
         (modules the model keeps in fp32, such as the time embedder, stay fp32)."""
         from diffusers import Cosmos3OmniPipeline
 
         device = torch.device(device) if device is not None else default_device()
+        checked_cuda_graphs(cuda_graphs, device)  # before anything moves
         dtype = dtype or default_dtype(device)
         for model in (transformer, vae) + ((sound_tokenizer,) if sound_tokenizer is not None else ()):
             model.to(device=device)
@@ -124,11 +138,11 @@ class Cosmos3Model(ConditionEncoding):
         pipeline = Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tokenizer, vae=vae,
                                        scheduler=scheduler, sound_tokenizer=sound_tokenizer,
                                        enable_safety_checker=False, **pipeline_config)
-        return cls(pipeline, device, dtype, attention, compile)
+        return cls(pipeline, device, dtype, attention, compile, cuda_graphs)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device=None, dtype=None, attention: str = "auto",
-                        compile: bool | None = None) -> "Cosmos3Model":
+                        compile: bool | None = None, cuda_graphs: bool | None = None) -> "Cosmos3Model":
         """Load a local diffusers-layout checkpoint without running any code it ships.
 
         :func:`check_checkpoint` vets it first; then only allow-listed classes are built,
@@ -141,6 +155,7 @@ class Cosmos3Model(ConditionEncoding):
 
         path = check_checkpoint(path)
         device = checked_device(device)
+        checked_cuda_graphs(cuda_graphs, device)  # before anything loads
         dtype = dtype or default_dtype(device)
         transformer = load_component(Cosmos3OmniTransformer, path, "transformer", dtype)
         vae = load_component(AutoencoderKLWan, path, "vae", dtype)
@@ -155,15 +170,15 @@ class Cosmos3Model(ConditionEncoding):
         index_file = path / "model_index.json"
         index = read_json(index_file, "model_index.json") if index_file.is_file() else {}
         return cls.from_components(
-            transformer, vae, tokenizer, scheduler, device, dtype, attention, compile, sound_tokenizer,
+            transformer, vae, tokenizer, scheduler, device, dtype, attention, compile, sound_tokenizer, cuda_graphs,
             default_use_system_prompt=index.get("default_use_system_prompt", True),
             use_native_flow_schedule=index.get("use_native_flow_schedule", False),
         )
 
     @classmethod
-    def embedded(cls, device=None, dtype=None) -> "Cosmos3Model":
+    def embedded(cls, device=None, dtype=None, cuda_graphs: bool | None = None) -> "Cosmos3Model":
         """The tiny model shipped in the package, trained on the procedural world (:mod:`cosmos3_gym.model.tiny_model`)."""
-        return cls.from_pretrained(TINY_CHECKPOINT, device=device, dtype=dtype)
+        return cls.from_pretrained(TINY_CHECKPOINT, device=device, dtype=dtype, cuda_graphs=cuda_graphs)
 
     def install_processors(self) -> None:
         """(Re)install the row-isolating attention processors on the transformer."""
@@ -277,14 +292,33 @@ class Cosmos3Model(ConditionEncoding):
             self.context.packed, self.context.text_cached = packed, use_cache
             self.context.new_text_cache = building
             try:
-                video, sound, action = self.transformer(
-                    **packed.transformer_kwargs(latents, timesteps, self.dtype, use_cache))
+                kwargs = packed.transformer_kwargs(latents, timesteps, self.dtype, use_cache)
+                if use_cache and self._graphs_for(packed):
+                    video, sound, action = self._graphed_forward(packed, kwargs, version)
+                else:
+                    video, sound, action = self.transformer(**kwargs)
             finally:
                 self.context.packed, self.context.new_text_cache = None, None
             if building is not None and not torch.is_grad_enabled():
                 packed.text_cache, packed.text_cache_version = building, version
             streams = packed.split_outputs(video, sound, action)
             return [{name: preds[j] for name, preds in streams.items()} for j in range(len(packed.rows))]
+
+    def _graphs_for(self, packed: PackedRows) -> bool:
+        return self.cuda_graphs and not torch.cuda.is_current_stream_capturing()
+
+    def _graphed_forward(self, packed: PackedRows, kwargs: dict, version: tuple):
+        """The transformer forward through ``packed``'s CUDA graph: replayed where one was captured
+        against these weights, these processors and this text cache, else captured now (its eager
+        warm-up is this forward's result) and published on ``packed`` once the capture succeeded."""
+        key = (version, self.context, tuple(p.data_ptr() for p in self.transformer.parameters()))
+        graph = packed.forward_graph
+        if graph is not None and graph.key == key and graph.fits(kwargs):
+            return graph.replay(kwargs)
+        with action_heads_without_host_checks(self.transformer):  # the packing's domain ids are valid
+            graph, outputs = ForwardGraph.capture(lambda **inputs: self.transformer(**inputs), kwargs, key)
+        packed.forward_graph = graph
+        return outputs
 
     # --- weights --------------------------------------------------------------------
     def update_weights(self, weights) -> int:

@@ -243,6 +243,7 @@ class PackedRows:
             self.item_domain_ids = [index([rows[first].domain_id]) for first, _ in self.items]
         self.text_cache: list | None = None
         self.text_cache_version = None  # the model's weights_fingerprint() the cache was computed with
+        self.forward_graph = None  # the CUDA graph of a forward over the cached text (Cosmos3Model.cuda_graphs)
         if attention == "flex":
             self.layout = _flex_layout(_row_ids(und_lengths, device), _row_ids(gen_lengths, device))
         else:
