@@ -414,7 +414,7 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
     venv = world(num_envs)
     print(f"device {torch.cuda.get_device_name() if on_gpu else device}, torch {torch.__version__}, model {model}, "
           f"world {size}x{size}, chunk {chunk}, {num_steps} denoising steps, CFG {guidance}, {num_envs} envs, "
-          f"tier {venv.preset.resolution_tier}, attention {world_model.attention}")
+          f"tier {venv.preset.resolution_tier}, attention {world_model.attention}, CUDA graphs {world_model.cuda_graphs}")
     rng = np.random.default_rng(0)
     actions = rng.uniform(-1, 1, (steps + 1, num_envs, chunk, 2)).astype(np.float32)
     frames, infos = venv.reset(seed=0)
@@ -428,6 +428,13 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
 
     chunks, seconds = world_env_rate(venv, actions, device)
     env_rate = chunks / seconds
+    eager_rate = None
+    if world_model.cuda_graphs:  # the same steps with every forward eager
+        world_model.cuda_graphs = False
+        venv.reset(seed=0)
+        eager_rate = world_env_rate(venv, actions, device)
+        eager_rate = eager_rate[0] / eager_rate[1]
+        world_model.cuda_graphs = True
     per_env = {}
     for count in (c for c in (1, 4) if c < num_envs):
         fewer = world(count)
@@ -439,6 +446,8 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
           f"and chunk, decoded)")
     print(f"cosmos3_gym_world_env: {env_rate * chunk:.1f} imagined frames/s ({chunks} chunks in {steps} steps, "
           f"{seconds / steps * 1e3:.1f} ms per step of {num_envs} envs; decode and detector included)")
+    if eager_rate is not None:
+        print(f"cosmos3_gym_world_env without CUDA graphs: {eager_rate * chunk:.1f} imagined frames/s")
     print("imagined frames/s per env: " + ", ".join(f"{rate:.2f} at {count} env{'s' * (count > 1)}"
                                                     for count, rate in per_env.items()))
     print(f"speedup_vs_diffusers: {env_rate / pipe_rate:.2f}")

@@ -305,7 +305,7 @@ class Cosmos3Model(ConditionEncoding):
             return [{name: preds[j] for name, preds in streams.items()} for j in range(len(packed.rows))]
 
     def _graphs_for(self, packed: PackedRows) -> bool:
-        return self.cuda_graphs and not torch.cuda.is_current_stream_capturing()
+        return self.cuda_graphs and packed.graph_worthwhile and not torch.cuda.is_current_stream_capturing()
 
     def _graphed_forward(self, packed: PackedRows, kwargs: dict, version: tuple):
         """The transformer forward through ``packed``'s CUDA graph: replayed where one was captured

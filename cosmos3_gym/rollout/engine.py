@@ -28,7 +28,7 @@ from .sde import KINDS
 from .seeding import checked_seed
 from .streams import LATENTS, LOG_PROB_SUMS, NOISES
 from ..model.tasks import ROBOT_TASKS, checked_domain
-from .transition import pack_cfg_rows, replay_log_probs, transition
+from .transition import needs_unconditional, pack_for_forwards, replay_log_probs, transition
 from .trajectory import Trajectory
 
 
@@ -184,7 +184,7 @@ class RolloutEngine:
         self.kind = kind
         self.max_prompt_tokens = max_prompt_tokens
         self.episodes: list[Episode | None] = [None] * num_slots
-        self._packed = (None, None)  # (requests, PackedRows) of the last stepped slot set
+        self._packed = (None, {})  # (requests, {unconditional rows: PackedRows}) of the last stepped slot set
 
     @property
     def streams(self) -> tuple[str, ...]:
@@ -297,11 +297,14 @@ class RolloutEngine:
         self.commit(resets=dict(zip(slots, episodes)))
 
     # --- step -----------------------------------------------------------------------
-    def _packed_for(self, episodes: list[Episode]):
+    def _packed_for(self, episodes: list[Episode], unconditional: bool):
         requests = tuple((e.cond_ids, e.uncond_ids, e.row) for e in episodes)
         if self._packed[0] != requests:
-            self._packed = (requests, pack_cfg_rows(self.model, requests))
-        return self._packed[1]
+            self._packed = (requests, {})
+        packings = self._packed[1]  # with and without unconditional rows (guidance 1), each kept
+        if unconditional not in packings:
+            packings[unconditional] = pack_for_forwards(self.model, requests, unconditional, self.num_steps)
+        return packings[unconditional]
 
     def prepare_step(self, slots: list[int], guidance: torch.Tensor, noise_level: torch.Tensor,
                      noise: dict[str, torch.Tensor] | None = None, episodes: dict[int, Episode] | None = None
@@ -326,7 +329,7 @@ class RolloutEngine:
                      for name, shape in self.stream_shapes.items()}
         noise = {name: noise[name].float().to(self.device) for name in self.streams}
         version = self.model.weights_version
-        out = transition(self.model, self._packed_for(current), x, timestep.tolist(), guidance, sigma, sigma_next,
+        out = transition(self.model, self._packed_for(current, needs_unconditional(guidance)), x, timestep.tolist(), guidance, sigma, sigma_next,
                          noise_level, sigma_max, self.kind, noise=noise)
         finite = torch.stack([torch.isfinite(v).flatten(1).all(dim=1) for v in out.next_sample.values()]).all(dim=0)
         last = torch.tensor([e.step + 1 >= self.num_steps for e in current], device=self.device)

@@ -22,22 +22,45 @@ from ..model.tasks import checked_domain
 from .trajectory import Trajectory
 
 
-def pack_cfg_rows(model: Cosmos3Model, requests: Sequence[tuple]) -> PackedRows:
+# A packing's CUDA graph is captured at its second forward and replayed after: with fewer than
+# three replays the capture costs more than it saves (the embedded world's 4 denoising steps: 5 %
+# slower with graphs on an H100; Edge-size worlds at 10 steps: 13 % faster).
+GRAPH_MIN_FORWARDS = 5
+
+
+def needs_unconditional(guidance: torch.Tensor) -> bool:
+    """Whether a step's requests need their unconditional rows: not when every guidance scale is 1,
+    where the guided velocity ``u + 1 (c - u)`` is ``c`` (diffusers' pipeline skips its unconditional
+    pass there too). Half the rows: guidance 1 runs twice as many requests per forward."""
+    return not bool((guidance == 1).all())
+
+
+def pack_cfg_rows(model: Cosmos3Model, requests: Sequence[tuple], unconditional: bool = True) -> PackedRows:
     """Pack ``(cond_ids, uncond_ids, row)`` requests (``row``: the request's :class:`RowSpec`, its
-    ``input_ids`` ignored) as rows: the conditional rows of all requests, then their
-    unconditional rows (the order :func:`transition` reads them back). Consecutive rows of equal
+    ``input_ids`` ignored) as rows: the conditional rows of all requests, then (``unconditional``)
+    their unconditional rows (the order :func:`transition` reads them back). Consecutive rows of equal
     lengths attend in one call (:class:`~cosmos3_gym.model.packing.RowLayout`): the unconditional rows
     share the negative prompt, and the conditional rows of a group share theirs."""
     conditional = [replace(row, input_ids=tuple(cond)) for cond, _, row in requests]
-    unconditional = [replace(row, input_ids=tuple(uncond)) for _, uncond, row in requests]
-    return model.pack(conditional + unconditional)
+    if not unconditional:
+        return model.pack(conditional)
+    return model.pack(conditional + [replace(row, input_ids=tuple(uncond)) for _, uncond, row in requests])
+
+
+def pack_for_forwards(model: Cosmos3Model, requests: Sequence[tuple], unconditional: bool, forwards: int
+                      ) -> PackedRows:
+    """:func:`pack_cfg_rows` for ``forwards`` forwards at most: CUDA graphs only where they repay their
+    capture (:data:`GRAPH_MIN_FORWARDS`)."""
+    packed = pack_cfg_rows(model, requests, unconditional)
+    packed.graph_worthwhile = forwards >= GRAPH_MIN_FORWARDS
+    return packed
 
 
 def noisy_masks(packed: PackedRows, latents: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
     """Per stream, a bool mask broadcastable to its ``[b, ...]`` latents, True on the elements each
     request generates (None: all of them). Clean video frames, given action tokens and action
     channels above the domain's raw dimension (which the pipeline keeps at zero) are not generated."""
-    rows = packed.rows[: len(packed.rows) // 2]  # the conditional rows, one per request
+    rows = packed.rows[: len(latents["video"])]  # the conditional rows, one per request
     device = latents["video"].device
     frames = latents["video"].shape[2]
     masks: dict[str, torch.Tensor | None] = {"video": None}
@@ -82,19 +105,27 @@ def transition(model: Cosmos3Model, packed: PackedRows, latents: dict[str, torch
     The velocity is ``u + g (c - u)`` (classifier-free guidance, every stream) in fp32, zero on
     elements that are not generated (as ``Cosmos3OmniPipeline`` masks its predictions); each
     stream's SDE step copies those elements unchanged and scores the generated ones only.
+    A packing of conditional rows only (every ``guidance`` 1, :func:`needs_unconditional`) gives ``c``.
     Autograd is as the caller set it.
     """
-    rows = {name: [tensor[j : j + 1] if name == "video" else tensor[j] for j in range(len(tensor))] * 2
-            for name, tensor in latents.items()}  # the packing's order: conditional rows, then unconditional
-    velocities = model.forward_rows(packed, rows, [float(t) for t in timesteps] * 2)
+    b = len(latents["video"])
+    copies = len(packed.rows) // b  # 2: conditional rows, then unconditional; 1: conditional only
+    if copies == 1 and needs_unconditional(guidance):
+        raise ValueError(f"a packing without unconditional rows serves guidance 1 only, got {guidance.tolist()}; "
+                         f"pack with pack_cfg_rows(..., unconditional=True)")
+    rows = {name: [tensor[j : j + 1] if name == "video" else tensor[j] for j in range(len(tensor))] * copies
+            for name, tensor in latents.items()}  # the packing's order
+    velocities = model.forward_rows(packed, rows, [float(t) for t in timesteps] * copies)
     masks = noisy_masks(packed, latents)
     steps, velocity = {}, {}
-    b = len(velocities) // 2
     for name, x in latents.items():
         cond = torch.stack([v[name] for v in velocities[:b]])
-        uncond = torch.stack([v[name] for v in velocities[b:]])
-        g = guidance.float().to(cond.device).view(-1, *([1] * (cond.ndim - 1)))
-        guided = uncond + g * (cond - uncond)
+        if copies == 1:
+            guided = cond
+        else:
+            uncond = torch.stack([v[name] for v in velocities[b:]])
+            g = guidance.float().to(cond.device).view(-1, *([1] * (cond.ndim - 1)))
+            guided = uncond + g * (cond - uncond)
         mask = masks[name]
         velocity[name] = guided if mask is None else torch.where(mask, guided, torch.zeros_like(guided))
         steps[name] = sde_step(velocity[name], x, sigma, sigma_next, kind=kind, noise_level=noise_level,
@@ -197,16 +228,21 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
     out = []
     for start in range(0, len(batch), size):
         chunk = batch[start:start + size]
-        packed = pack_cfg_rows(model, [(t.cond_ids, t.uncond_ids, trajectory_row(model, t)) for t in chunk])
+        requests = [(t.cond_ids, t.uncond_ids, trajectory_row(model, t)) for t in chunk]
+        packings = {}  # with and without unconditional rows, each made when a step first needs it
         streams = {name: torch.stack([getattr(t, LATENTS[name]) for t in chunk]).to(model.device)
                    for name in chunk[0].streams}
         sigmas = torch.stack([t.sigmas for t in chunk]).to(model.device)
         timesteps = torch.stack([t.timesteps for t in chunk])
         rows = []
         for k in steps:
+            guidance = torch.stack([t.guidance_scales[k] for t in chunk])
+            unconditional = needs_unconditional(guidance)
+            if unconditional not in packings:
+                packings[unconditional] = pack_for_forwards(model, requests, unconditional, len(steps))
             step = transition(
-                model, packed, {name: x[:, k] for name, x in streams.items()}, timesteps[:, k].tolist(),
-                torch.stack([t.guidance_scales[k] for t in chunk]), sigmas[:, k], sigmas[:, k + 1],
+                model, packings[unconditional], {name: x[:, k] for name, x in streams.items()}, timesteps[:, k].tolist(),
+                guidance, sigmas[:, k], sigmas[:, k + 1],
                 torch.stack([t.noise_levels[k] for t in chunk]).to(model.device), sigmas[:, 1], chunk[0].kind,
                 next_sample={name: x[:, k + 1] for name, x in streams.items()})
             total = sum(step.log_prob_sums[name] for name in scored)
