@@ -359,8 +359,10 @@ class Cosmos3Model(ConditionEncoding):
         z = latents.to(device=self.device, dtype=dtype) / inv_std + mean
         with self.exclusive("decode"):
             video = self.vae.decode(z).sample.float()
-        frames = self.pipeline.video_processor.postprocess_video(video, output_type="np")
-        return (np.asarray(frames) * 255.0).round().astype(np.uint8)
+        # Scaled and rounded where the video is (a GPU's), then copied as uint8: a quarter of the bytes,
+        # and none of the host passes over float frames that took 0.4 s of a 16-env world step's decode.
+        frames = self.pipeline.video_processor.postprocess_video(video, output_type="pt")  # [B, F, 3, H, W]
+        return (frames * 255.0).round().to(torch.uint8).permute(0, 1, 3, 4, 2).cpu().numpy()
 
 
 def _fold_weight_norm(module: torch.nn.Module) -> None:

@@ -171,3 +171,19 @@ def test_sound_ode_rollout_equals_pipeline(tiny_model, stock_pipeline):
     torch.testing.assert_close(episode.latent[None], expected.video.float(), rtol=0, atol=1e-5)
     assert (episode.current("sound") - episode.latents["sound"][0]).abs().max() > 0.1
     np.testing.assert_allclose(engine.waveforms([0])[0], expected.sound.float().numpy(), rtol=0, atol=1e-5)
+
+
+def test_decode_rounds_the_pipelines_float_frames_exactly(tiny_model):
+    """The decode scales and rounds on the model's device: the same uint8 frames, bit for bit, as
+    rounding diffusers' ``output_type="np"`` frames on the host."""
+    latents = torch.randn(2, *tiny_model.latent_shape(9, 32, 32), generator=torch.Generator().manual_seed(0))
+    vae = tiny_model.vae
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        video = vae.decode(latents * std + mean).sample.float()
+    floats = tiny_model.pipeline.video_processor.postprocess_video(video, output_type="np")
+    expected = (np.asarray(floats) * 255.0).round().astype(np.uint8)
+    frames = tiny_model.decode(latents)
+    assert frames.dtype == np.uint8 and frames.shape == (2, 9, 32, 32, 3)
+    np.testing.assert_array_equal(frames, expected)
