@@ -13,6 +13,7 @@ ratios of every rollout step. The last line is ``speedup_vs_<baseline>: <ratio>`
 from __future__ import annotations
 
 import functools
+import math
 import platform
 import time
 
@@ -232,10 +233,17 @@ def measure_forward(venv, guidance: float, options: dict | None = None) -> tuple
     graphs, forward = model.cuda_graphs, {}
     model.cuda_graphs = False
     forward["eager"] = _timed(lambda: model.velocity(packed, rows, timesteps), engine.device, 5)
+    if engine.device.type == "cuda":  # the same forward replayed from a CUDA graph (opt-in in the envs)
+        model.cuda_graphs = True
+        try:
+            model.velocity(packed, rows, timesteps)  # captures this packing's graph
+            forward["graphed"] = _timed(lambda: model.velocity(packed, rows, timesteps), engine.device, 5)
+        except torch.OutOfMemoryError:  # the graph's private pool did not fit beside the env
+            forward["graphed"] = float("nan")
+        finally:
+            packed.forward_graph = None  # its memory back
+            model.cuda_graphs = graphs
     model.cuda_graphs = graphs
-    if graphs:
-        model.velocity(packed, rows, timesteps)  # captures this packing's graph
-        forward["graphed"] = _timed(lambda: model.velocity(packed, rows, timesteps), engine.device, 5)
     with torch.no_grad():
         transition = _timed(lambda: engine.prepare_step(slots, guidance_t, level), engine.device, 5)
     return forward, transition, packed
@@ -317,6 +325,9 @@ def bench_gpu(model: str, num_envs: int, height: int, width: int, num_frames: in
           f"{encode:.3f} s is its VAE encode of the {'conditioning' if action else 'empty conditioning'} video)")
     print(f"cosmos3_gym_vector_env: {env_rate:.3f} samples/s ({num_envs / env_rate:.3f} s per {num_envs} samples)")
     for kind, seconds in forward.items():
+        if math.isnan(seconds):
+            print(f"transformer_forward, {kind}: out of memory")
+            continue
         print(f"transformer_forward, {kind} (text cached, vision tokens computed): {seconds * 1e3:.1f} ms for "
               f"{len(packed.rows)} rows, {flops / 1e12:.1f} TFLOP, "
               f"{flops / seconds / 1e12:.0f} TFLOP/s = {flops / seconds / 1e12 / peak:.1%} of matmul peak")
@@ -414,7 +425,7 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
     venv = world(num_envs)
     print(f"device {torch.cuda.get_device_name() if on_gpu else device}, torch {torch.__version__}, model {model}, "
           f"world {size}x{size}, chunk {chunk}, {num_steps} denoising steps, CFG {guidance}, {num_envs} envs, "
-          f"tier {venv.preset.resolution_tier}, attention {world_model.attention}, CUDA graphs {world_model.cuda_graphs}")
+          f"tier {venv.preset.resolution_tier}, attention {world_model.attention}")
     rng = np.random.default_rng(0)
     actions = rng.uniform(-1, 1, (steps + 1, num_envs, chunk, 2)).astype(np.float32)
     frames, infos = venv.reset(seed=0)
@@ -428,13 +439,13 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
 
     chunks, seconds = world_env_rate(venv, actions, device)
     env_rate = chunks / seconds
-    eager_rate = None
-    if world_model.cuda_graphs:  # the same steps with every forward eager
-        world_model.cuda_graphs = False
-        venv.reset(seed=0)
-        eager_rate = world_env_rate(venv, actions, device)
-        eager_rate = eager_rate[0] / eager_rate[1]
+    graphed_rate = None
+    if on_gpu:  # the same steps with CUDA graphs (opt-in)
         world_model.cuda_graphs = True
+        venv.reset(seed=0)
+        graphed_rate = world_env_rate(venv, actions, device)
+        graphed_rate = graphed_rate[0] / graphed_rate[1]
+        world_model.cuda_graphs = False
     per_env = {}
     for count in (c for c in (1, 4) if c < num_envs):
         fewer = world(count)
@@ -446,8 +457,8 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
           f"and chunk, decoded)")
     print(f"cosmos3_gym_world_env: {env_rate * chunk:.1f} imagined frames/s ({chunks} chunks in {steps} steps, "
           f"{seconds / steps * 1e3:.1f} ms per step of {num_envs} envs; decode and detector included)")
-    if eager_rate is not None:
-        print(f"cosmos3_gym_world_env without CUDA graphs: {eager_rate * chunk:.1f} imagined frames/s")
+    if graphed_rate is not None:
+        print(f"cosmos3_gym_world_env with CUDA graphs: {graphed_rate * chunk:.1f} imagined frames/s")
     print("imagined frames/s per env: " + ", ".join(f"{rate:.2f} at {count} env{'s' * (count > 1)}"
                                                     for count, rate in per_env.items()))
     print(f"speedup_vs_diffusers: {env_rate / pipe_rate:.2f}")

@@ -244,7 +244,6 @@ class PackedRows:
         self.text_cache: list | None = None
         self.text_cache_version = None  # the model's weights_fingerprint() the cache was computed with
         self.forward_graph = None  # the CUDA graph of a forward over the cached text (Cosmos3Model.cuda_graphs)
-        self.graph_worthwhile = True  # set False by callers with too few forwards to repay a capture
         if attention == "flex":
             self.layout = _flex_layout(_row_ids(und_lengths, device), _row_ids(gen_lengths, device))
         else:

@@ -28,7 +28,7 @@ from .sde import KINDS
 from .seeding import checked_seed
 from .streams import LATENTS, LOG_PROB_SUMS, NOISES
 from ..model.tasks import ROBOT_TASKS, checked_domain
-from .transition import needs_unconditional, pack_for_forwards, replay_log_probs, transition
+from .transition import needs_unconditional, pack_cfg_rows, replay_log_probs, transition
 from .trajectory import Trajectory
 
 
@@ -303,7 +303,7 @@ class RolloutEngine:
             self._packed = (requests, {})
         packings = self._packed[1]  # with and without unconditional rows (guidance 1), each kept
         if unconditional not in packings:
-            packings[unconditional] = pack_for_forwards(self.model, requests, unconditional, self.num_steps)
+            packings[unconditional] = pack_cfg_rows(self.model, requests, unconditional)
         return packings[unconditional]
 
     def prepare_step(self, slots: list[int], guidance: torch.Tensor, noise_level: torch.Tensor,

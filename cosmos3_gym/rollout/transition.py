@@ -22,12 +22,6 @@ from ..model.tasks import checked_domain
 from .trajectory import Trajectory
 
 
-# A packing's CUDA graph is captured at its second forward and replayed after: with fewer than
-# three replays the capture costs more than it saves (the embedded world's 4 denoising steps: 5 %
-# slower with graphs on an H100; Edge-size worlds at 10 steps: 13 % faster).
-GRAPH_MIN_FORWARDS = 5
-
-
 def needs_unconditional(guidance: torch.Tensor) -> bool:
     """Whether a step's requests need their unconditional rows: not when every guidance scale is 1,
     where the guided velocity ``u + 1 (c - u)`` is ``c`` (diffusers' pipeline skips its unconditional
@@ -46,14 +40,6 @@ def pack_cfg_rows(model: Cosmos3Model, requests: Sequence[tuple], unconditional:
         return model.pack(conditional)
     return model.pack(conditional + [replace(row, input_ids=tuple(uncond)) for _, uncond, row in requests])
 
-
-def pack_for_forwards(model: Cosmos3Model, requests: Sequence[tuple], unconditional: bool, forwards: int
-                      ) -> PackedRows:
-    """:func:`pack_cfg_rows` for ``forwards`` forwards at most: CUDA graphs only where they repay their
-    capture (:data:`GRAPH_MIN_FORWARDS`)."""
-    packed = pack_cfg_rows(model, requests, unconditional)
-    packed.graph_worthwhile = forwards >= GRAPH_MIN_FORWARDS
-    return packed
 
 
 def noisy_masks(packed: PackedRows, latents: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
@@ -239,7 +225,7 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
             guidance = torch.stack([t.guidance_scales[k] for t in chunk])
             unconditional = needs_unconditional(guidance)
             if unconditional not in packings:
-                packings[unconditional] = pack_for_forwards(model, requests, unconditional, len(steps))
+                packings[unconditional] = pack_cfg_rows(model, requests, unconditional)
             step = transition(
                 model, packings[unconditional], {name: x[:, k] for name, x in streams.items()}, timesteps[:, k].tolist(),
                 guidance, sigmas[:, k], sigmas[:, k + 1],

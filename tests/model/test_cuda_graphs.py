@@ -86,20 +86,6 @@ def test_an_episode_with_graphs_is_the_episode_without_them():
         assert torch.equal(eager.log_probs, graphed.log_probs)
 
 
-@gpu
-@pytest.mark.gpu
-def test_episodes_too_short_to_repay_a_capture_stay_eager():
-    from cosmos3_gym.env.vector_env import Cosmos3RolloutVectorEnv
-    from cosmos3_gym.rollout.transition import GRAPH_MIN_FORWARDS
-
-    for steps in (GRAPH_MIN_FORWARDS - 1, GRAPH_MIN_FORWARDS):
-        venv = Cosmos3RolloutVectorEnv(2, num_steps=steps, model=Cosmos3Model.embedded(device="cuda"), reward="none")
-        venv.reset(seed=0)
-        for _ in range(steps):
-            venv.step(torch.tensor(venv.default_action, device="cuda").repeat(2, 1))
-        assert (venv.engine._packed[1][True].forward_graph is not None) == (steps >= GRAPH_MIN_FORWARDS)
-
-
 def test_action_heads_without_host_checks_compute_what_diffusers_computes(tiny_model):
     """The action heads run unchecked while a graph is captured: the same numbers as diffusers'
     own forward, for both input ranks, and diffusers' forward is back afterwards."""
