@@ -84,7 +84,9 @@ class Cosmos3Model(ConditionEncoding):
     The components are held by a ``Cosmos3OmniPipeline`` (``self.pipeline``), whose prompt
     templates and token handling are reused verbatim; the transformer's attention
     processor is replaced by :class:`~cosmos3_gym.model.attention.PackedRowsAttnProcessor` so that
-    many rows share one forward without seeing each other.
+    many rows share one forward without seeing each other. ``cuda_graphs=True`` (CUDA only)
+    replays each packing's forwards after the first over its cached text from a CUDA graph
+    (:mod:`cosmos3_gym.model.graphs`; the eager forward's numbers bit for bit).
     """
 
     def __init__(self, pipeline, device, dtype, attention: str = "auto", compile: bool | None = None,
