@@ -111,11 +111,13 @@ METRICS = {"block IoU": block_iou, "coverage error": coverage_error, "block erro
 
 
 def random_walk_targets(rng: np.random.Generator, action_space, horizon: int) -> np.ndarray:
-    """``[horizon, chunk, 2]`` targets: a random walk (steps of :data:`WALK_STEP`) from a uniform start."""
+    """``[horizon, chunk, 2]`` targets: a random walk (steps of :data:`WALK_STEP`) from a uniform start,
+    reflected at the walls (clipped, about a quarter of its targets would pile up on a wall)."""
     chunk = action_space.shape[0]
     steps = rng.normal(0.0, WALK_STEP, (horizon * chunk, 2))
-    walk = rng.uniform(64.0, CANVAS - 64.0, 2) + np.cumsum(steps, axis=0)
-    return np.clip(walk, 0.0, CANVAS).reshape(horizon, chunk, 2).astype(action_space.dtype)
+    walk = np.mod(rng.uniform(64.0, CANVAS - 64.0, 2) + np.cumsum(steps, axis=0), 2 * CANVAS)
+    reflected = np.where(walk > CANVAS, 2 * CANVAS - walk, walk)
+    return reflected.reshape(horizon, chunk, 2).astype(action_space.dtype)
 
 
 def _state(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

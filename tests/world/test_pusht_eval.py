@@ -56,17 +56,21 @@ def test_a_blurred_frame_keeps_its_positions(starts):
     assert 0.0 < state_error(blurred, starts[2][0]) < 1.5
 
 
-def test_random_walk_targets_walk_in_steps_of_walk_step():
-    space, rng, steps = PushTTwinEnv().action_space, np.random.default_rng(0), []
+def test_random_walk_targets_walk_in_steps_of_walk_step_and_reflect_at_the_walls():
+    space, rng, steps, points = PushTTwinEnv().action_space, np.random.default_rng(0), [], []
     for _ in range(50):
         walk = random_walk_targets(rng, space, 8)
         assert walk.shape == (8, CHUNK, 2) and all(space.contains(chunk) for chunk in walk)
-        points = walk.reshape(-1, 2)
-        inside = ((points > 0) & (points < 512)).all(1)
-        steps.append(np.diff(points, axis=0)[inside[1:] & inside[:-1]])  # clipped at a wall: not a free step
-    steps = np.concatenate(steps)
+        points.append(walk.reshape(-1, 2))
+        steps.append(np.diff(points[-1], axis=0))
+    steps, points = np.concatenate(steps), np.concatenate(points)
+    # a reflection shortens the step that crosses a wall, and only that one: the spread stays WALK_STEP's
     assert len(steps) > 2000 and np.std(steps) == pytest.approx(WALK_STEP, rel=0.05)
     assert np.abs(steps.mean(0)).max() < 2.0  # no drift
+    on_a_wall = ((points == 0) | (points == 512)).any(1).mean()
+    assert on_a_wall == 0.0  # a clipped walk left about a quarter of its targets on a wall
+    near = ((points < 25) | (points > 487)).any(1).mean()  # the band of one step along the walls: about
+    assert 0.05 < near < 0.25  # its share of the canvas (18 %), not a pile-up
 
 
 def test_the_clone_replays_the_nearest_push_relative_to_the_agent():
