@@ -94,8 +94,10 @@ class PushTTrainArgs:
     kl_weight: float = 1e-6
     # (a plain MSE collapses to the white table: the block and the agent are a few percent of the pixels)
     foreground_weight: float = 20.0  # the reconstruction loss's weight on pixels that are not the white table, vs 1
+    # (with --init-from: the encoder, the latent statistics and so the transformer's latents stay as they are)
+    vae_decoder_only: bool = False  # the VAE stage trains the decoder alone
     vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it
-    steps: int = 20000
+    steps: int = 20000  # transformer steps (0: the VAE stage alone)
     batch: int = 64
     lr: float = 5e-4
     uncond_prob: float = 0.1  # the env's unconditional prompt in place of its prompt (classifier-free guidance)
@@ -106,7 +108,11 @@ class PushTTrainArgs:
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the data
         require_at_least(self, clips=1, clips_per_episode=1, data_workers=1, hidden_size=64, layers=1,
-                         vae_base_dim=4, vae_steps=0, vae_batch=1, steps=1, batch=1, log_every=1)
+                         vae_base_dim=4, vae_steps=0, vae_batch=1, steps=0, batch=1, log_every=1)
+        if not (self.steps or self.vae_steps):
+            raise ValueError("--steps 0 --vae-steps 0 trains nothing; give either stage steps")
+        if self.vae_decoder_only and not (self.init_from and self.vae_steps):
+            raise ValueError("--vae-decoder-only fine-tunes a trained decoder: add --init-from CHECKPOINT and --vae-steps N")
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         parse_mix(self.mix)
         if not (math.isfinite(self.foreground_weight) and self.foreground_weight >= 0.0):
@@ -237,8 +243,12 @@ def train_vae(model, frames: np.ndarray, args: PushTTrainArgs, log: list, deadli
     from tqdm import tqdm
 
     vae = model.vae
-    vae.train().requires_grad_(True)
-    optimizer = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0, fused=_fused(args.device))
+    trained = [*vae.decoder.parameters(), *vae.post_quant_conv.parameters()] if args.vae_decoder_only \
+        else list(vae.parameters())
+    vae.train().requires_grad_(False)
+    for parameter in trained:
+        parameter.requires_grad_(True)
+    optimizer = torch.optim.AdamW(trained, lr=args.vae_lr, weight_decay=0.0, fused=_fused(args.device))
     rng, started = np.random.default_rng([args.data_seed, 1]), time.time()
     for step in tqdm(range(args.vae_steps), desc="vae"):
         batch = frames[np.sort(rng.integers(0, len(frames), args.vae_batch))]
@@ -246,7 +256,7 @@ def train_vae(model, frames: np.ndarray, args: PushTTrainArgs, log: list, deadli
         mask = foreground(batch, recon.device)
         loss = weighted_mse(recon, target, 1.0 + args.foreground_weight * mask)
         progress = schedule_step(step, args.vae_steps, started, deadline)
-        _update(optimizer, loss + args.kl_weight * kl, vae.parameters(), _lr(progress, args.vae_steps, args.vae_lr))
+        _update(optimizer, loss + args.kl_weight * kl, trained, _lr(progress, args.vae_steps, args.vae_lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.vae_steps - 1 or out_of_time:
             log.append({"stage": "vae", "step": step, "canvas_loss": loss.item(),
@@ -255,8 +265,9 @@ def train_vae(model, frames: np.ndarray, args: PushTTrainArgs, log: list, deadli
         if out_of_time:
             break
     vae.eval().requires_grad_(False)
-    mean, std = latent_statistics(model, frames[:256], args.resolution_tier)
-    vae.register_to_config(latents_mean=mean, latents_std=std)
+    if not args.vae_decoder_only:  # a new encoder: new statistics
+        mean, std = latent_statistics(model, frames[:256], args.resolution_tier)
+        vae.register_to_config(latents_mean=mean, latents_std=std)
 
 
 @torch.no_grad()
@@ -365,14 +376,15 @@ def main(argv=None) -> int:
         vae_deadline = start + 60 * args.max_minutes * args.vae_share if args.max_minutes > 0 else float("inf")
         train_vae(trainable_model(components, args.device), training.frames, args, log, vae_deadline)
     model = trainable_model(components, args.device)  # anew: its pipeline reads the VAE's new latent statistics
-    # 4. the clips encoded once, as the env encodes its conditions
-    everything = pusht_pool(model, clips, args.resolution_tier, args.device)
-    pools = {"dynamics": pool_subset(everything, ~held)}
-    if expert.any():
-        pools["expert"] = pool_subset(pools["dynamics"], expert)
-    held_out = pool_subset(everything, held) if held.any() else None
-    # 5. the transformer: flow matching on forward dynamics, inverse dynamics and the policy
-    train_transformer(model, pools, held_out, args, log, deadline)
+    if args.steps:
+        # 4. the clips encoded once, as the env encodes its conditions
+        everything = pusht_pool(model, clips, args.resolution_tier, args.device)
+        pools = {"dynamics": pool_subset(everything, ~held)}
+        if expert.any():
+            pools["expert"] = pool_subset(pools["dynamics"], expert)
+        held_out = pool_subset(everything, held) if held.any() else None
+        # 5. the transformer: flow matching on forward dynamics, inverse dynamics and the policy
+        train_transformer(model, pools, held_out, args, log, deadline)
     # 6. the checkpoint, its record and its curve
     for name in ("transformer", "vae"):
         components[name].to("cpu")
@@ -388,8 +400,7 @@ def main(argv=None) -> int:
               "megabytes": round(sum(path.stat().st_size for path in weights) / 1e6, 2),
               "minutes": round((time.time() - start) / 60, 2), "log": log}
     write_record(out, record, args.device, args.init_from)
-    last = [r for r in log if r["stage"] == "transformer"][-1]
-    print(f"wrote {out} ({record['megabytes']} MB) in {record['minutes']} min; last transformer record: {last}")
+    print(f"wrote {out} ({record['megabytes']} MB) in {record['minutes']} min; last record: {log[-1]}")
     return 0
 
 

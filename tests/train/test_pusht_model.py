@@ -132,3 +132,33 @@ def test_a_checkpoint_over_the_size_limit_is_refused_before_anything_loads(tmp_p
         main(["--device", "cpu", "--hidden-size", "512", "--out", str(tmp_path / "run")])
     assert exit_info.value.code == 2 and "MB checkpoint, more than 40 MB" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_decoder_only_run_keeps_the_encoder_its_statistics_and_the_transformer(tmp_path, capsys):
+    """--vae-decoder-only --steps 0 on a checkpoint: the decoder learns; the encoder, the latent
+    statistics and the transformer, which was trained on those latents, are written back unchanged."""
+    from safetensors.torch import load_file
+
+    first = tmp_path / "first"
+    main(["--device", "cpu", "--hidden-size", "64", "--layers", "1", "--vae-base-dim", "4", "--batch", "2",
+          "--clips", "4", "--clips-per-episode", "2", "--held-out", "0", "--mix", "push=1", "--data-workers", "1",
+          "--vae-steps", "1", "--vae-batch", "1", "--steps", "1", "--out", str(first)])
+    tuned = tmp_path / "tuned"
+    main(["--device", "cpu", "--init-from", str(first), "--vae-decoder-only", "--vae-steps", "3", "--vae-batch", "1",
+          "--steps", "0", "--clips", "4", "--clips-per-episode", "2", "--held-out", "0", "--mix", "push=1",
+          "--data-workers", "1", "--out", str(tuned)])
+    before, after = (load_file(run / "vae" / "diffusion_pytorch_model.safetensors") for run in (first, tuned))
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert changed and all(name.startswith(("decoder.", "post_quant_conv.")) for name in changed)
+    assert any(name.startswith("encoder.") for name in before)
+    configs = [json.loads((run / "vae" / "config.json").read_text()) for run in (first, tuned)]
+    assert configs[0]["latents_mean"] == configs[1]["latents_mean"] and \
+        configs[0]["latents_std"] == configs[1]["latents_std"]
+    weights = [load_file(run / "transformer" / "diffusion_pytorch_model.safetensors") for run in (first, tuned)]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    assert [(r["stage"], r["step"]) for r in json.loads((tuned / "training.json").read_text())["log"]] == [("vae", 0), ("vae", 2)]
+    for flags, message in ((["--vae-decoder-only", "--vae-steps", "3"], "--vae-decoder-only fine-tunes a trained"),
+                           (["--steps", "0", "--vae-steps", "0"], "--steps 0 --vae-steps 0 trains nothing")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--device", "cpu", *flags, "--out", str(tmp_path / "refused")])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
