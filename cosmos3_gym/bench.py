@@ -26,7 +26,7 @@ from .model.diffusers_private import encode_video
 from .model.packing import PackedRows
 from .model.tasks import Task
 from .model.tiny_model import SCHEDULER_CONFIG, build_tiny_tokenizer
-from .rollout.transition import pack_cfg_rows, replay_log_probs
+from .rollout.transition import needs_unconditional, pack_cfg_rows, replay_log_probs
 
 MODEL_CONFIGS = {
     "edge": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
@@ -224,26 +224,27 @@ def measure_forward(venv, guidance: float, options: dict | None = None) -> tuple
     with torch.no_grad():  # as the env's step runs (compiled code is specialised on the grad mode)
         engine.step(slots, guidance_t, level)  # step 0 fills the text cache
     episodes = [engine.episode(s) for s in slots]
-    packed = pack_cfg_rows(engine.model, [(e.cond_ids, e.uncond_ids, e.row) for e in episodes])
+    copies = 2 if needs_unconditional(guidance_t) else 1  # the rows the env's step packs
+    packed = pack_cfg_rows(engine.model, [(e.cond_ids, e.uncond_ids, e.row) for e in episodes], copies == 2)
     rows = {name: [e.current(name).unsqueeze(0) if name == "video" else e.current(name)
-                   for _ in range(2) for e in episodes] for name in engine.streams}  # pack_cfg_rows' order
-    timesteps = [float(episodes[0].timesteps[1])] * 2 * n
+                   for _ in range(copies) for e in episodes] for name in engine.streams}  # pack_cfg_rows' order
+    timesteps = [float(episodes[0].timesteps[1])] * copies * n
     model = engine.model
     model.velocity(packed, rows, timesteps)  # fills this packing's text cache
     graphs, forward = model.cuda_graphs, {}
-    model.cuda_graphs = False
-    forward["eager"] = _timed(lambda: model.velocity(packed, rows, timesteps), engine.device, 5)
-    if engine.device.type == "cuda":  # the same forward replayed from a CUDA graph (opt-in in the envs)
-        model.cuda_graphs = True
-        try:
-            model.velocity(packed, rows, timesteps)  # captures this packing's graph
-            forward["graphed"] = _timed(lambda: model.velocity(packed, rows, timesteps), engine.device, 5)
-        except torch.OutOfMemoryError:  # the graph's private pool did not fit beside the env
-            forward["graphed"] = float("nan")
-        finally:
-            packed.forward_graph = None  # its memory back
-            model.cuda_graphs = graphs
-    model.cuda_graphs = graphs
+    try:
+        model.cuda_graphs = False
+        forward["eager"] = _timed(lambda: model.velocity(packed, rows, timesteps), engine.device, 5)
+        if engine.device.type == "cuda":  # the same forward replayed from a CUDA graph (opt-in in the envs)
+            model.cuda_graphs = True
+            try:
+                model.velocity(packed, rows, timesteps)  # captures this packing's graph
+                forward["graphed"] = _timed(lambda: model.velocity(packed, rows, timesteps), engine.device, 5)
+            except torch.OutOfMemoryError:  # the graph's private pool did not fit beside the env
+                forward["graphed"] = float("nan")
+    finally:
+        packed.forward_graph = None  # its memory back
+        model.cuda_graphs = graphs
     with torch.no_grad():
         transition = _timed(lambda: engine.prepare_step(slots, guidance_t, level), engine.device, 5)
     return forward, transition, packed
@@ -441,11 +442,13 @@ def bench_world(model: str, num_envs: int, size: int, chunk: int, num_steps: int
     env_rate = chunks / seconds
     graphed_rate = None
     if on_gpu:  # the same steps with CUDA graphs (opt-in)
-        world_model.cuda_graphs = True
-        venv.reset(seed=0)
-        graphed_rate = world_env_rate(venv, actions, device)
-        graphed_rate = graphed_rate[0] / graphed_rate[1]
-        world_model.cuda_graphs = False
+        graphs, world_model.cuda_graphs = world_model.cuda_graphs, True
+        try:
+            venv.reset(seed=0)
+            counted, elapsed = world_env_rate(venv, actions, device)
+            graphed_rate = counted / elapsed
+        finally:
+            world_model.cuda_graphs = graphs
     per_env = {}
     for count in (c for c in (1, 4) if c < num_envs):
         fewer = world(count)

@@ -96,7 +96,7 @@ class PushTTrainArgs:
     foreground_weight: float = 20.0  # the reconstruction loss's weight on pixels that are not the white table, vs 1
     # (with --init-from: the encoder, the latent statistics and so the transformer's latents stay as they are)
     vae_decoder_only: bool = False  # the VAE stage trains the decoder alone
-    vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it
+    vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it (--steps 0: all)
     steps: int = 20000  # transformer steps (0: the VAE stage alone)
     batch: int = 64
     lr: float = 5e-4
@@ -109,10 +109,14 @@ class PushTTrainArgs:
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the data
         require_at_least(self, clips=1, clips_per_episode=1, data_workers=1, hidden_size=64, layers=1,
                          vae_base_dim=4, vae_steps=0, vae_batch=1, steps=0, batch=1, log_every=1)
-        if not (self.steps or self.vae_steps):
-            raise ValueError("--steps 0 --vae-steps 0 trains nothing; give either stage steps")
-        if self.vae_decoder_only and not (self.init_from and self.vae_steps):
-            raise ValueError("--vae-decoder-only fine-tunes a trained decoder: add --init-from CHECKPOINT and --vae-steps N")
+        if self.vae_decoder_only and not self.init_from:
+            raise ValueError("--vae-decoder-only fine-tunes a trained decoder, but no --init-from was given; "
+                             "add --init-from CHECKPOINT")
+        if self.vae_decoder_only and not self.vae_steps:
+            raise ValueError("--vae-decoder-only with --vae-steps 0 trains nothing; give --vae-steps N >= 1")
+        if not self.steps and not self.vae_decoder_only:
+            raise ValueError("--steps 0 (no transformer training) is for --vae-decoder-only, which keeps the latents "
+                             "the transformer learned; a whole new VAE needs a transformer trained on its latents")
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         parse_mix(self.mix)
         if not (math.isfinite(self.foreground_weight) and self.foreground_weight >= 0.0):
@@ -373,7 +377,8 @@ def main(argv=None) -> int:
     components["vae"].to(args.device)
     # 3. the VAE along the env's path, and its latent statistics (the VAE stage ends at its share of the budget)
     if args.vae_steps:
-        vae_deadline = start + 60 * args.max_minutes * args.vae_share if args.max_minutes > 0 else float("inf")
+        share = args.vae_share if args.steps else 1.0  # the only stage takes the whole budget
+        vae_deadline = start + 60 * args.max_minutes * share if args.max_minutes > 0 else float("inf")
         train_vae(trainable_model(components, args.device), training.frames, args, log, vae_deadline)
     model = trainable_model(components, args.device)  # anew: its pipeline reads the VAE's new latent statistics
     if args.steps:

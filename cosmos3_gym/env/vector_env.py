@@ -62,7 +62,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
     """``num_envs`` episodes of a Cosmos 3 preset in one :class:`~cosmos3_gym.rollout.engine.RolloutEngine`.
 
     Each step packs the conditional and unconditional rows of every env into *one*
-    transformer forward; rows are isolated by attention masks, so env ``i``'s result
+    transformer forward (the conditional rows alone when every env's guidance scale is 1); rows are isolated by attention masks, so env ``i``'s result
     depends only on its own seed and actions (equal to the single env's within float
     rounding), never on ``num_envs`` or its neighbours.
 

@@ -67,17 +67,28 @@ def action_heads_without_host_checks(transformer):
     The same embedding lookups and batched products otherwise. For domain ids checked on the host
     already, as every packing's are (the embodiment table gives them)."""
     heads = [m for m in transformer.modules() if isinstance(m, _transformer.DomainAwareLinear)]
+    missing = object()
+    own = [vars(head).get("forward", missing) for head in heads]  # a hook's forward on the instance, if any
     for head in heads:
         head.forward = functools.partial(_unchecked_domain_linear, head)
     try:
         yield
     finally:
-        for head in heads:
-            del head.forward
+        for head, forward in zip(heads, own):
+            if forward is missing:
+                del head.forward
+            else:
+                head.forward = forward
 
 
 def _unchecked_domain_linear(head, x, domain_id):
+    """diffusers' ``DomainAwareLinear.forward`` without its range check of the domain ids (its shape
+    checks, which read nothing from the device, kept)."""
     domain_id = domain_id.to(device=x.device, dtype=torch.long).reshape(-1)
+    if x.shape[0] != domain_id.shape[0]:
+        raise ValueError(f"action domain ids: {domain_id.shape[0]} for {x.shape[0]} action tokens")
+    if x.ndim not in (2, 3):
+        raise ValueError(f"action heads take rank-2 or rank-3 inputs, got {tuple(x.shape)}")
     weight = head.fc(domain_id).view(domain_id.shape[0], head.input_size, head.output_size)
     bias = head.bias(domain_id).view(domain_id.shape[0], head.output_size)
     if x.ndim == 2:

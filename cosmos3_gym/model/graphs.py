@@ -9,6 +9,8 @@ inputs, so its outputs equal the eager ones bit for bit.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
@@ -40,15 +42,20 @@ class ForwardGraph:
         static = tree_unflatten(inputs, spec)
         caller, side = torch.cuda.current_stream(), torch.cuda.Stream()
         side.wait_stream(caller)
-        with torch.cuda.stream(side):
-            warm = fn(**static)
-            graph = torch.cuda.CUDAGraph()
-            graph.capture_begin()
-            try:
-                outputs = fn(**static)
-            finally:
+        try:
+            with torch.cuda.stream(side):
+                warm = fn(**static)
+                graph = torch.cuda.CUDAGraph()
+                graph.capture_begin()
+                try:
+                    outputs = fn(**static)
+                except BaseException:
+                    with contextlib.suppress(RuntimeError):  # the capture is void; its own end error would hide why
+                        graph.capture_end()
+                    raise
                 graph.capture_end()
-        caller.wait_stream(side)
+        finally:
+            caller.wait_stream(side)
         return cls(key, spec, _signature(leaves), inputs, outputs, graph), warm
 
     def fits(self, kwargs: dict) -> bool:

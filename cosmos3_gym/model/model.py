@@ -71,6 +71,8 @@ def checked_cuda_graphs(cuda_graphs: bool | None, device: torch.device) -> bool:
     which then no longer fit the card (``BENCHMARKS.md``)."""
     if cuda_graphs is None:
         return False
+    if not isinstance(cuda_graphs, bool):
+        raise ValueError(f"cuda_graphs={cuda_graphs!r} is not a bool; pass True, False or None")
     if cuda_graphs and device.type != "cuda":
         raise ValueError(f"cuda_graphs=True needs a CUDA device, not {device}; pass cuda_graphs=False or None")
     return bool(cuda_graphs)
@@ -299,7 +301,7 @@ class Cosmos3Model(ConditionEncoding):
             self.context.new_text_cache = building
             try:
                 kwargs = packed.transformer_kwargs(latents, timesteps, self.dtype, use_cache)
-                if use_cache and self._graphs_for(packed):
+                if use_cache and self._graphs_on():
                     video, sound, action = self._graphed_forward(packed, kwargs, version)
                 else:
                     video, sound, action = self.transformer(**kwargs)
@@ -310,7 +312,7 @@ class Cosmos3Model(ConditionEncoding):
             streams = packed.split_outputs(video, sound, action)
             return [{name: preds[j] for name, preds in streams.items()} for j in range(len(packed.rows))]
 
-    def _graphs_for(self, packed: PackedRows) -> bool:
+    def _graphs_on(self) -> bool:
         return self.cuda_graphs and not torch.cuda.is_current_stream_capturing()
 
     def _graphed_forward(self, packed: PackedRows, kwargs: dict, version: tuple):
@@ -321,6 +323,7 @@ class Cosmos3Model(ConditionEncoding):
         graph = packed.forward_graph
         if graph is not None and graph.key == key and graph.fits(kwargs):
             return graph.replay(kwargs)
+        packed.forward_graph = None  # stale: never replayed again; its memory goes before a new capture takes more
         with action_heads_without_host_checks(self.transformer):  # the packing's domain ids are valid
             graph, outputs = ForwardGraph.capture(lambda **inputs: self.transformer(**inputs), kwargs, key)
         packed.forward_graph = graph
@@ -368,7 +371,7 @@ class Cosmos3Model(ConditionEncoding):
         # Scaled and rounded where the video is (a GPU's), then copied as uint8: a quarter of the bytes,
         # and none of the host passes over float frames that took 0.4 s of a 16-env world step's decode.
         frames = self.pipeline.video_processor.postprocess_video(video, output_type="pt")  # [B, F, 3, H, W]
-        return (frames * 255.0).round().to(torch.uint8).permute(0, 1, 3, 4, 2).cpu().numpy()
+        return (frames * 255.0).round().to(torch.uint8).permute(0, 1, 3, 4, 2).contiguous().cpu().numpy()
 
 
 def _fold_weight_norm(module: torch.nn.Module) -> None:

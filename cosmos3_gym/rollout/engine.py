@@ -2,7 +2,8 @@
 
 Each slot holds one :class:`Episode`: its own ``torch.Generator`` (the only randomness of
 the episode), prompt tokens, sigma grid, step index and history. :meth:`RolloutEngine.step`
-packs the conditional and unconditional rows of every stepping slot into one forward and
+packs the conditional and unconditional rows of every stepping slot into one forward (the
+conditional rows alone where every slot's guidance scale is 1) and
 takes one :func:`~cosmos3_gym.rollout.transition.transition` per slot. Slot ``i``'s result depends
 only on its own seed and actions, never on its neighbours.
 
@@ -28,7 +29,7 @@ from .sde import KINDS
 from .seeding import checked_seed
 from .streams import LATENTS, LOG_PROB_SUMS, NOISES
 from ..model.tasks import ROBOT_TASKS, checked_domain
-from .transition import needs_unconditional, pack_cfg_rows, replay_log_probs, transition
+from .transition import cfg_packing, needs_unconditional, replay_log_probs, transition
 from .trajectory import Trajectory
 
 
@@ -301,10 +302,7 @@ class RolloutEngine:
         requests = tuple((e.cond_ids, e.uncond_ids, e.row) for e in episodes)
         if self._packed[0] != requests:
             self._packed = (requests, {})
-        packings = self._packed[1]  # with and without unconditional rows (guidance 1), each kept
-        if unconditional not in packings:
-            packings[unconditional] = pack_cfg_rows(self.model, requests, unconditional)
-        return packings[unconditional]
+        return cfg_packing(self._packed[1], self.model, requests, unconditional)
 
     def prepare_step(self, slots: list[int], guidance: torch.Tensor, noise_level: torch.Tensor,
                      noise: dict[str, torch.Tensor] | None = None, episodes: dict[int, Episode] | None = None

@@ -1,7 +1,8 @@
 """The one transition function of rollout and replay, and the trainer's replay of stored log-probs.
 
 :func:`transition` computes a step's guided velocity (conditional and unconditional rows
-of every request in one forward) and, per generated stream, its :func:`~cosmos3_gym.rollout.sde.sde_step`: with
+of every request in one forward; the conditional rows alone where every guidance scale is 1) and,
+per generated stream, its :func:`~cosmos3_gym.rollout.sde.sde_step`: with
 ``noise=`` it samples (the rollout), with ``next_sample=`` it scores a stored step (the
 trainer). Both sides call it, so they cannot drift apart.
 """
@@ -24,9 +25,18 @@ from .trajectory import Trajectory
 
 def needs_unconditional(guidance: torch.Tensor) -> bool:
     """Whether a step's requests need their unconditional rows: not when every guidance scale is 1,
-    where the guided velocity ``u + 1 (c - u)`` is ``c`` (diffusers' pipeline skips its unconditional
-    pass there too). Half the rows: guidance 1 runs twice as many requests per forward."""
+    whose velocity is the conditional one (diffusers' pipeline skips its unconditional pass there
+    too). Then the forward has half the rows."""
     return not bool((guidance == 1).all())
+
+
+def cfg_packing(packings: dict, model: Cosmos3Model, requests: Sequence[tuple], unconditional: bool) -> PackedRows:
+    """``packings[unconditional]``, packed with :func:`pack_cfg_rows` on first use: a set of requests
+    keeps both of its packings (and their text caches) while its steps switch between guidance 1
+    and other scales."""
+    if unconditional not in packings:
+        packings[unconditional] = pack_cfg_rows(model, requests, unconditional)
+    return packings[unconditional]
 
 
 def pack_cfg_rows(model: Cosmos3Model, requests: Sequence[tuple], unconditional: bool = True) -> PackedRows:
@@ -88,13 +98,16 @@ def transition(model: Cosmos3Model, packed: PackedRows, latents: dict[str, torch
                next_sample: dict[str, torch.Tensor] | None = None) -> JointStep:
     """One denoising transition of ``latents[stream][j]`` (request ``j`` of ``packed``).
 
-    The velocity is ``u + g (c - u)`` (classifier-free guidance, every stream) in fp32, zero on
-    elements that are not generated (as ``Cosmos3OmniPipeline`` masks its predictions); each
-    stream's SDE step copies those elements unchanged and scores the generated ones only.
-    A packing of conditional rows only (every ``guidance`` 1, :func:`needs_unconditional`) gives ``c``.
+    The velocity is ``u + g (c - u)`` (classifier-free guidance, every stream) in fp32, and ``c`` itself
+    where ``g`` is 1 (in a packing of conditional rows only, :func:`needs_unconditional`, or beside
+    other scales), zero on elements that are not generated (as ``Cosmos3OmniPipeline`` masks its
+    predictions); each stream's SDE step copies those elements unchanged and scores the generated ones only.
     Autograd is as the caller set it.
     """
     b = len(latents["video"])
+    if len(packed.rows) not in (b, 2 * b):
+        raise ValueError(f"the packing has {len(packed.rows)} rows for {b} requests; pack_cfg_rows packs {2 * b} "
+                         f"(conditional and unconditional) or {b} (conditional only, for guidance 1)")
     copies = len(packed.rows) // b  # 2: conditional rows, then unconditional; 1: conditional only
     if copies == 1 and needs_unconditional(guidance):
         raise ValueError(f"a packing without unconditional rows serves guidance 1 only, got {guidance.tolist()}; "
@@ -111,7 +124,8 @@ def transition(model: Cosmos3Model, packed: PackedRows, latents: dict[str, torch
         else:
             uncond = torch.stack([v[name] for v in velocities[b:]])
             g = guidance.float().to(cond.device).view(-1, *([1] * (cond.ndim - 1)))
-            guided = uncond + g * (cond - uncond)
+            # guidance 1 is c whatever the neighbours' scales (u + (c - u) rounds differently)
+            guided = torch.where(g == 1, cond, uncond + g * (cond - uncond))
         mask = masks[name]
         velocity[name] = guided if mask is None else torch.where(mask, guided, torch.zeros_like(guided))
         steps[name] = sde_step(velocity[name], x, sigma, sigma_next, kind=kind, noise_level=noise_level,
@@ -215,7 +229,7 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
     for start in range(0, len(batch), size):
         chunk = batch[start:start + size]
         requests = [(t.cond_ids, t.uncond_ids, trajectory_row(model, t)) for t in chunk]
-        packings = {}  # with and without unconditional rows, each made when a step first needs it
+        packings = {}  # with and without unconditional rows (cfg_packing)
         streams = {name: torch.stack([getattr(t, LATENTS[name]) for t in chunk]).to(model.device)
                    for name in chunk[0].streams}
         sigmas = torch.stack([t.sigmas for t in chunk]).to(model.device)
@@ -223,11 +237,8 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
         rows = []
         for k in steps:
             guidance = torch.stack([t.guidance_scales[k] for t in chunk])
-            unconditional = needs_unconditional(guidance)
-            if unconditional not in packings:
-                packings[unconditional] = pack_cfg_rows(model, requests, unconditional)
             step = transition(
-                model, packings[unconditional], {name: x[:, k] for name, x in streams.items()}, timesteps[:, k].tolist(),
+                model, cfg_packing(packings, model, requests, needs_unconditional(guidance)), {name: x[:, k] for name, x in streams.items()}, timesteps[:, k].tolist(),
                 guidance, sigmas[:, k], sigmas[:, k + 1],
                 torch.stack([t.noise_levels[k] for t in chunk]).to(model.device), sigmas[:, 1], chunk[0].kind,
                 next_sample={name: x[:, k + 1] for name, x in streams.items()})

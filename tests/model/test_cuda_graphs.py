@@ -13,6 +13,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_graphs_off_cuda_are_refused_before_anything_loads():
     with pytest.raises(ValueError, match=r"cuda_graphs=True needs a CUDA device.*cuda_graphs=False"):
         Cosmos3Model.embedded(device="cpu", cuda_graphs=True)
+    with pytest.raises(ValueError, match=r"cuda_graphs='false' is not a bool; pass True, False or None"):
+        Cosmos3Model.embedded(device="cpu", cuda_graphs="false")
     assert Cosmos3Model.embedded(device="cpu").cuda_graphs is False
 
 
@@ -105,6 +107,11 @@ def test_action_heads_without_host_checks_compute_what_diffusers_computes(tiny_m
                 assert torch.equal(head(x, domains), expected)
                 assert "forward" in vars(head)  # the unchecked forward is the instance's
         assert "forward" not in vars(head)
+    hook = heads[0].forward = lambda x, domain_id: "a hook's forward"  # e.g. accelerate's, on the instance
+    with action_heads_without_host_checks(tiny_model.transformer):
+        assert heads[0].forward is not hook
+    assert heads[0].forward is hook
+    del heads[0].forward
     with pytest.raises(ValueError, match="domain_id must be in"):
         heads[0](torch.randn(1, heads[0].input_size), torch.tensor([heads[0].num_domains]))
 

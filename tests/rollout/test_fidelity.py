@@ -185,5 +185,5 @@ def test_decode_rounds_the_pipelines_float_frames_exactly(tiny_model):
     floats = tiny_model.pipeline.video_processor.postprocess_video(video, output_type="np")
     expected = (np.asarray(floats) * 255.0).round().astype(np.uint8)
     frames = tiny_model.decode(latents)
-    assert frames.dtype == np.uint8 and frames.shape == (2, 9, 32, 32, 3)
+    assert frames.dtype == np.uint8 and frames.shape == (2, 9, 32, 32, 3) and frames.flags.c_contiguous
     np.testing.assert_array_equal(frames, expected)

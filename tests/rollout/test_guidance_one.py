@@ -68,3 +68,38 @@ def test_the_conditional_velocity_is_the_guided_one_at_guidance_one(mixed_episod
     with pytest.raises(ValueError, match="without unconditional rows serves guidance 1 only"):
         transition(model, pack_cfg_rows(model, requests, unconditional=False), x,
                    **{**args, "guidance": torch.tensor([1.0, 2.0, 1.0])})
+
+
+def test_guidance_one_beside_other_scales_is_the_conditional_velocity(mixed_episode):
+    """Per env: envs 0 and 2 at guidance 1 next to env 1 at 4 get c exactly from the shared forward,
+    not u + (c - u), so their result does not depend on their neighbours' scales."""
+    model, trajectories, _ = mixed_episode
+    from cosmos3_gym.rollout.transition import trajectory_row
+
+    requests = [(t.cond_ids, t.uncond_ids, trajectory_row(model, t)) for t in trajectories]
+    x = {"video": torch.stack([t.latents[1] for t in trajectories])}
+    packed = pack_cfg_rows(model, requests)
+    guided = transition(model, packed, x, [float(trajectories[0].timesteps[1])] * 3, torch.tensor([1.0, 4.0, 1.0]),
+                        torch.stack([t.sigmas[1] for t in trajectories]),
+                        torch.stack([t.sigmas[2] for t in trajectories]), torch.full((3,), 0.5),
+                        torch.stack([t.sigmas[1] for t in trajectories]), "sde",
+                        next_sample={"video": torch.stack([t.latents[2] for t in trajectories])}).velocity["video"]
+    rows = list(x["video"].unsqueeze(1)) * 2
+    velocities = torch.stack([v["video"] for v in model.velocity(packed, {"video": rows},
+                                                                 [float(trajectories[0].timesteps[1])] * 6)])
+    cond, uncond = velocities[:3], velocities[3:]
+    assert torch.equal(guided[0], cond[0]) and torch.equal(guided[2], cond[2])
+    assert torch.equal(guided[1], uncond[1] + 4.0 * (cond[1] - uncond[1]))
+
+
+def test_an_episode_with_guidance_one_beside_other_scales_replays():
+    venv = Cosmos3RolloutVectorEnv(3, num_steps=3, reward="none", device="cpu")
+    venv.reset(seed=4, options={"prompt": ["a red ball", "a blue square falls", "green"]})
+    for _ in range(3):
+        _, _, _, _, info = venv.step(np.array([[1.0, 0.5], [4.0, 0.6], [1.0, 0.7]], np.float32))
+    trajectories = list(info["trajectory"])
+    rollout = torch.stack([t.log_probs for t in trajectories])
+    model = venv.engine.model
+    assert torch.equal(replay_log_probs(model, trajectories), rollout)  # env order: the same forwards
+    alone = replay_log_probs(model, trajectories, micro_batch=1)  # other packings: rounding only
+    assert (torch.exp(alone - rollout) - 1).abs().max() <= 1e-6

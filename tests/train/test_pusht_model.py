@@ -157,8 +157,10 @@ def test_a_decoder_only_run_keeps_the_encoder_its_statistics_and_the_transformer
     weights = [load_file(run / "transformer" / "diffusion_pytorch_model.safetensors") for run in (first, tuned)]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
     assert [(r["stage"], r["step"]) for r in json.loads((tuned / "training.json").read_text())["log"]] == [("vae", 0), ("vae", 2)]
-    for flags, message in ((["--vae-decoder-only", "--vae-steps", "3"], "--vae-decoder-only fine-tunes a trained"),
-                           (["--steps", "0", "--vae-steps", "0"], "--steps 0 --vae-steps 0 trains nothing")):
+    for flags, message in ((["--vae-decoder-only", "--vae-steps", "3"], "no --init-from was given"),
+                           (["--vae-decoder-only", "--init-from", str(first), "--vae-steps", "0"],
+                            "--vae-decoder-only with --vae-steps 0 trains nothing"),
+                           (["--steps", "0"], "--steps 0 (no transformer training) is for --vae-decoder-only")):
         with pytest.raises(SystemExit) as exit_info:
             main(["--device", "cpu", *flags, "--out", str(tmp_path / "refused")])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
