@@ -45,7 +45,7 @@ class WorldEvalArgs:
     world: str = "procedural"  # procedural: Cosmos3World-v0 vs ProceduralWorld-v0; pusht: Cosmos3PushT-v0 vs gym-pusht
     episodes: int = 12  # reset seeds per policy (and per sensitivity condition), at least 2
     num_steps: str = "8,4"  # denoising steps per imagined chunk, comma-separated (8: the envs' default)
-    guidance: float = 4.0  # classifier-free guidance scale of the imagined world (4: the envs' default; 1: none, half the rows)
+    guidance: float = 0.0  # classifier-free guidance scale of the imagined world (0: the env's default, Cosmos3World-v0's 1 and Cosmos3PushT-v0's 4; 1: none, half the rows)
     noise_levels: str = ""  # the greedy policies' command noise, comma-separated ("": 0,1,2,4,8; pusht: 0,20,40)
     horizon: int = 8  # pusht: chunks of 8 gym-pusht actions per episode (gym-pusht's own 300 steps are 38)
     clone_clips: int = 400  # pusht: scripted pushes (gym-pusht) the nearest-neighbour clone policy learns from
@@ -79,8 +79,9 @@ class WorldEvalArgs:
             raise ValueError(f"--num-steps {self.num_steps}: use integers >= 1")
         if min(self.noise_list) < 0 or len(set(self.noise_list)) < len(self.noise_list):
             raise ValueError(f"--noise-levels {self.noise_levels}: use distinct values >= 0")
-        if not (math.isfinite(self.guidance) and self.guidance >= 1):
-            raise ValueError(f"--guidance {self.guidance}: use a finite scale >= 1 (1: no classifier-free guidance)")
+        if not (self.guidance == 0 or (math.isfinite(self.guidance) and self.guidance >= 1)):
+            raise ValueError(f"--guidance {self.guidance}: use 0 (the env's default) or a finite scale >= 1 "
+                             f"(1: no classifier-free guidance)")
         if self.checkpoint:
             check_checkpoint(self.checkpoint)
 
@@ -89,6 +90,7 @@ def _worlds(args: WorldEvalArgs) -> tuple:
     """The model, the truth, the policies, ``make_dream(num_steps)``, the harness's keyword arguments,
     the figure's metric and the two worlds' names, for ``args.world``."""
     goal = args.goal or None
+    guidance = {"guidance_scale": args.guidance} if args.guidance else {}
     if args.world == "pusht":
         from .world.pusht import PUSHT_CHECKPOINT
         from .world.pusht_data import generate
@@ -99,14 +101,14 @@ def _worlds(args: WorldEvalArgs) -> tuple:
         clips = generate(args.clone_clips, seed=args.seed + 1, mix={"push": 1.0}, progress=args.progress)
         policies = pusht_policies(noise_levels=args.noise_list, clips=clips)
         return (model, truth, policies, lambda n: gym.make("Cosmos3PushT-v0", num_steps=n, horizon=args.horizon,
-                                                           guidance_scale=args.guidance, model=model),
+                                                           model=model, **guidance),
                 pusht_harness_kwargs(), "return", ("Cosmos3PushT-v0", "PushT-Twin-v0 (gym-pusht)"))
     model = (Cosmos3Model.from_pretrained(args.checkpoint, device=args.device) if args.checkpoint
              else Cosmos3Model.embedded(device=args.device))
     truth = gym.make("ProceduralWorld-v0", goal=goal)
     policies = scripted_policies(chunk=truth.action_space.shape[0], noise_levels=args.noise_list)
     return (model, truth, policies, lambda n: gym.make("Cosmos3World-v0", num_steps=n, goal=goal, model=model,
-                                                       guidance_scale=args.guidance, disagreement=args.disagreement),
+                                                       disagreement=args.disagreement, **guidance),
             {}, "success", ("Cosmos3World-v0", "ProceduralWorld-v0"))
 
 
@@ -125,8 +127,9 @@ def main(argv=None) -> dict:
     goal_flag = f" --goal {args.goal!r}" if args.goal else ""
     pusht_flags = f" --world pusht --horizon {args.horizon} --clone-clips {args.clone_clips}" \
         if args.world == "pusht" else ""
-    header = (f"# cosmos3-gym world-eval{pusht_flags} --episodes {args.episodes} --num-steps {args.num_steps} "
-              f"--guidance {args.guidance:g} --noise-levels {args.noise_levels} --seed {args.seed}{goal_flag}"
+    guidance_flag = f" --guidance {args.guidance:g}" if args.guidance else ""
+    header = (f"# cosmos3-gym world-eval{pusht_flags} --episodes {args.episodes} --num-steps {args.num_steps}"
+              f"{guidance_flag} --noise-levels {args.noise_levels} --seed {args.seed}{goal_flag}"
               + (f" --checkpoint {args.checkpoint}" if args.checkpoint else "")
               + (f" --disagreement {args.disagreement}" if args.disagreement else "") +
               f" --device {args.device}; {platform.machine()}, torch {torch.__version__}, "

@@ -46,6 +46,7 @@ class Args:
     num_envs: int = 16
     n_steps: int = 32  # PPO rollout length per env
     num_steps: int = 4  # denoising steps of one imagined chunk
+    guidance: float = 0.0  # the imagined world's classifier-free guidance scale (0: Cosmos3World-v0's default)
     goal: str = "top left"  # the corner of every episode (a pixel-only policy cannot read the prompt)
     eval_episodes: int = 100
     device: str = "cuda" if torch.cuda.is_available() else "cpu"  # the world model's
@@ -59,6 +60,8 @@ class Args:
         if self.quick:
             apply_quick(self, self.QUICK)
         require_at_least(self, timesteps=1, num_envs=1, n_steps=2, num_steps=1, eval_episodes=1)
+        if not (self.guidance == 0 or (np.isfinite(self.guidance) and self.guidance >= 1)):
+            raise ValueError(f"--guidance {self.guidance}: use 0 (the env's default) or a finite scale >= 1")
         if self.checkpoint:  # now, not after the true-world agent has trained
             try:
                 check_checkpoint(self.checkpoint)
@@ -105,9 +108,10 @@ def main(args: Args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     eval_seed = 10**6  # evaluation tasks never seen in training
     # the imagined world first: its checkpoint loads (or fails) before anything trains
+    guidance = {"guidance_scale": args.guidance} if args.guidance else {}
     dream_envs = Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(args.num_envs, goal=args.goal, num_steps=args.num_steps,
                                                         autoreset_mode=AutoresetMode.SAME_STEP,
-                                                        checkpoint=args.checkpoint, device=args.device))
+                                                        checkpoint=args.checkpoint, device=args.device, **guidance))
     rng = np.random.default_rng(args.seed)
     results = {"random commands": success_rate(lambda obs: rng.uniform(-1, 1, (8, 2)).astype(np.float32),
                                                args.eval_episodes, eval_seed, args.goal)}
@@ -125,7 +129,8 @@ def main(args: Args) -> None:
     ratio = (f"{results['PPO trained in imagination'] / real_rate:.2f}" if real_rate > 0
              else "undefined (no success in the true world: raise --timesteps)")
     lines = [f"success rate in ProceduralWorld-v0 over {args.eval_episodes} episodes "
-             f"(goal: {args.goal}; PPO budget {args.timesteps} chunks each, seed {args.seed})"]
+             f"(goal: {args.goal}; PPO budget {args.timesteps} chunks each, seed {args.seed}; imagined with "
+             f"{args.num_steps} denoising steps, guidance {dream_envs.venv.preset.guidance_scale:g})"]
     lines += [f"{name:<32} {rate:6.1%}" for name, rate in results.items()]
     lines.append(f"dream / real: {ratio}")
     text = "\n".join(lines)

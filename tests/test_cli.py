@@ -294,8 +294,8 @@ def test_world_eval_takes_its_own_flags(capsys, keep_threads):
     for flags, message in ((["--horizon", "4"], "--horizon and --clone-clips are PushT's"),
                            (["--noise-levels", "0,-1"], "--noise-levels 0,-1: use distinct values >= 0"),
                            (["--noise-levels", "1,1"], "--noise-levels 1,1: use distinct values >= 0"),
-                           (["--guidance", "0.5"], "--guidance 0.5: use a finite scale >= 1"),
-                           (["--guidance", "nan"], "--guidance nan: use a finite scale >= 1")):
+                           (["--guidance", "0.5"], "--guidance 0.5: use 0 (the env's default) or a finite scale >= 1"),
+                           (["--guidance", "nan"], "--guidance nan: use 0 (the env's default) or a finite scale")):
         with pytest.raises(SystemExit) as exit_:
             cli.main(["world-eval", *flags])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
@@ -311,12 +311,12 @@ def test_world_eval_writes_its_record_table_and_figure(tmp_path, monkeypatch, ke
     monkeypatch.setattr(world_eval, "scripted_policies",
                         lambda **kw: {k: v for k, v in policies(**kw).items() if k in ("greedy", "away")})
     monkeypatch.setattr(world_eval.gym, "make", lambda env_id, **kw: made.append((env_id, kw)) or make(env_id, **kw))
-    assert cli.main(["world-eval", "--episodes", "2", "--num-steps", "1", "--noise-levels", "0", "--guidance", "1",
+    assert cli.main(["world-eval", "--episodes", "2", "--num-steps", "1", "--noise-levels", "0", "--guidance", "4",
                      "--out", str(tmp_path), "--no-progress", "--device", "cpu"]) == 0
     record = json.loads((tmp_path / "world_eval.json").read_text())
-    assert [kw["guidance_scale"] for env_id, kw in made if env_id == "Cosmos3World-v0"] == [1.0]
+    assert [kw["guidance_scale"] for env_id, kw in made if env_id == "Cosmos3World-v0"] == [4.0]
     assert (tmp_path / "world_eval.md").read_text().count("| greedy |") == 1
-    assert "--guidance 1 " in (tmp_path / "world_eval.md").read_text().splitlines()[0]
+    assert "--guidance 4 " in (tmp_path / "world_eval.md").read_text().splitlines()[0]
     assert (tmp_path / "world_eval.png").read_bytes()[:4] == b"\x89PNG" and record
 
 

@@ -136,7 +136,10 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     (the inner denoising :class:`~cosmos3_gym.rollout.trajectory.Trajectory` of each env, with its
     log-probs, for RL-tuning the world model against the ground truth). The denoising runs
     with ``kind``, ``guidance_scale`` and ``noise_level`` (``kind="ode"``: a deterministic
-    imagination, log-probs 0).
+    imagination, log-probs 0). ``guidance_scale`` defaults to 1, no classifier-free guidance: the
+    prompt states the goal, and guiding toward it imagines progress the actions do not cause (on
+    ``cosmos3-gym world-eval``, 8 steps: exploit rate 36 % at guidance 4, 27 % at 1; Spearman rho
+    0.88 and 0.94); and a step runs the conditional rows only, half the forward.
 
     Autoreset: ``NEXT_STEP`` (Gymnasium's default), ``SAME_STEP`` (an ended episode's last frame
     in ``infos["final_obs"]`` (a batch array, valid where ``infos["_final_obs"]``), its step infos
@@ -159,7 +162,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE,
-                 goal: str | None = None, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,
+                 goal: str | None = None, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 1.0,
                  noise_level: float = 0.7, domain: str = "pusht",
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
                  checkpoint: str = "", device=None, dtype=None, model=None, disagreement: int = 0):
@@ -350,7 +353,8 @@ class Cosmos3WorldEnv(SingleEnvView):
     details), with the spaces, rewards and episode ends of :class:`ProceduralWorldEnv`.
 
     ## Version History
-    * v0: initial release.
+    * v0: initial release; ``guidance_scale`` 4 by default until this release, now 1 (pass
+      ``guidance_scale=4`` for the earlier imagination).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
