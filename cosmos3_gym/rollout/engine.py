@@ -327,7 +327,8 @@ class RolloutEngine:
                      for name, shape in self.stream_shapes.items()}
         noise = {name: noise[name].float().to(self.device) for name in self.streams}
         version = self.model.weights_version
-        out = transition(self.model, self._packed_for(current, needs_unconditional(guidance)), x, timestep.tolist(), guidance, sigma, sigma_next,
+        packed = self._packed_for(current, needs_unconditional(guidance))
+        out = transition(self.model, packed, x, timestep.tolist(), guidance, sigma, sigma_next,
                          noise_level, sigma_max, self.kind, noise=noise)
         finite = torch.stack([torch.isfinite(v).flatten(1).all(dim=1) for v in out.next_sample.values()]).all(dim=0)
         last = torch.tensor([e.step + 1 >= self.num_steps for e in current], device=self.device)
