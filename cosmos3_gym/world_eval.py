@@ -23,7 +23,6 @@ and the figure's bars show the mean return (successes from gym-pusht's random st
 from __future__ import annotations
 
 import json
-import math
 import platform
 import time
 from dataclasses import asdict, dataclass, fields
@@ -33,7 +32,7 @@ import gymnasium as gym
 import torch
 
 from .model.model import Cosmos3Model, check_checkpoint
-from .train.args import parse_args, require_at_least
+from .train.args import guidance_override, parse_args, require_at_least
 from .world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
 
 
@@ -79,9 +78,7 @@ class WorldEvalArgs:
             raise ValueError(f"--num-steps {self.num_steps}: use integers >= 1")
         if min(self.noise_list) < 0 or len(set(self.noise_list)) < len(self.noise_list):
             raise ValueError(f"--noise-levels {self.noise_levels}: use distinct values >= 0")
-        if not (self.guidance == 0 or (math.isfinite(self.guidance) and self.guidance >= 1)):
-            raise ValueError(f"--guidance {self.guidance}: use 0 (the env's default) or a finite scale >= 1 "
-                             f"(1: no classifier-free guidance)")
+        guidance_override(self)
         if self.checkpoint:
             check_checkpoint(self.checkpoint)
 
@@ -90,7 +87,7 @@ def _worlds(args: WorldEvalArgs) -> tuple:
     """The model, the truth, the policies, ``make_dream(num_steps)``, the harness's keyword arguments,
     the figure's metric and the two worlds' names, for ``args.world``."""
     goal = args.goal or None
-    guidance = {"guidance_scale": args.guidance} if args.guidance else {}
+    guidance = guidance_override(args)
     if args.world == "pusht":
         from .world.pusht import PUSHT_CHECKPOINT
         from .world.pusht_data import generate

@@ -35,7 +35,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
-from cosmos3_gym.train.args import apply_quick, parse_args, require_at_least
+from cosmos3_gym.train.args import apply_quick, guidance_override, parse_args, require_at_least
 from cosmos3_gym.model.model import check_checkpoint
 from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
 from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
@@ -61,8 +61,7 @@ class Args:
         if self.quick:
             apply_quick(self, self.QUICK)
         require_at_least(self, timesteps=1, num_envs=1, n_steps=2, num_steps=1, eval_episodes=1)
-        if not (self.guidance == 0 or (np.isfinite(self.guidance) and self.guidance >= 1)):
-            raise ValueError(f"--guidance {self.guidance}: use 0 (the env's default) or a finite scale >= 1")
+        guidance_override(self)
         if self.checkpoint:  # now, not after the true-world agent has trained
             try:
                 check_checkpoint(self.checkpoint)
@@ -109,7 +108,7 @@ def main(args: Args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     eval_seed = 10**6  # evaluation tasks never seen in training
     # the imagined world first: its checkpoint loads (or fails) before anything trains
-    guidance = {"guidance_scale": args.guidance} if args.guidance else {}
+    guidance = guidance_override(args)
     dream_envs = Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(args.num_envs, goal=args.goal, num_steps=args.num_steps,
                                                         autoreset_mode=AutoresetMode.SAME_STEP,
                                                         checkpoint=args.checkpoint, device=args.device, **guidance))

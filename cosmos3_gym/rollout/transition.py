@@ -51,7 +51,6 @@ def pack_cfg_rows(model: Cosmos3Model, requests: Sequence[tuple], unconditional:
     return model.pack(conditional + [replace(row, input_ids=tuple(uncond)) for _, uncond, row in requests])
 
 
-
 def noisy_masks(packed: PackedRows, latents: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
     """Per stream, a bool mask broadcastable to its ``[b, ...]`` latents, True on the elements each
     request generates (None: all of them). Clean video frames, given action tokens and action
@@ -237,8 +236,9 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
         rows = []
         for k in steps:
             guidance = torch.stack([t.guidance_scales[k] for t in chunk])
+            packed = cfg_packing(packings, model, requests, needs_unconditional(guidance))
             step = transition(
-                model, cfg_packing(packings, model, requests, needs_unconditional(guidance)), {name: x[:, k] for name, x in streams.items()}, timesteps[:, k].tolist(),
+                model, packed, {name: x[:, k] for name, x in streams.items()}, timesteps[:, k].tolist(),
                 guidance, sigmas[:, k], sigmas[:, k + 1],
                 torch.stack([t.noise_levels[k] for t in chunk]).to(model.device), sigmas[:, 1], chunk[0].kind,
                 next_sample={name: x[:, k + 1] for name, x in streams.items()})

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import inspect
 import io
+import math
 import tokenize
 
 
@@ -68,3 +69,13 @@ def apply_quick(args, quick: dict) -> None:
     for name, value in quick.items():
         if getattr(args, name) == fields[name].default:
             setattr(args, name, value)
+
+
+def guidance_override(args) -> dict:
+    """A ``--guidance`` flag (``args.guidance``) as the imagined env's keyword arguments: 0 keeps the
+    env's default, a finite scale >= 1 is passed as ``guidance_scale``; ``ValueError`` for anything
+    else, so that calling it in ``__post_init__`` refuses a bad flag before anything loads."""
+    if not (args.guidance == 0 or (math.isfinite(args.guidance) and args.guidance >= 1)):
+        raise ValueError(f"--guidance {args.guidance}: use 0 (the env's default) or a finite scale >= 1 "
+                         f"(1: no classifier-free guidance)")
+    return {"guidance_scale": args.guidance} if args.guidance else {}
