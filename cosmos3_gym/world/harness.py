@@ -21,6 +21,10 @@ Given an imagined world ``W`` (``Cosmos3World-v0``) and a twin ``R`` with the sa
   from the same reset seed; an exploit is one that does not succeed there (at any step of the
   replay: an episode that succeeds sooner or later than imagined is no exploit). The rate is exploits /
   imagined successes (pooled over policies, and per policy); ``None`` when ``W`` had no success.
+  How near a miss each one was: ``error_fn`` between the imagined observation that succeeded and
+  the replay's at the same step (the *gap*), beside the same gap for the successes that hold: an
+  exploit whose gap is about the model's usual error is a near miss of the goal, a large one an
+  imagined event.
 
 :func:`evaluate_world` runs all three and returns one JSON-serialisable record;
 :func:`markdown_report` and :func:`plot_report` turn it into a table and a figure. Everything runs
@@ -415,15 +419,25 @@ def _summary(runs: list[dict], seed: int, lost_fn: LostFn | None) -> dict:
             "steps": [int(r["steps"]) for r in runs]}
 
 
+def _gap(imagined_run: dict, replayed: dict, error_fn: ErrorFn) -> float:
+    """``error_fn`` between an imagined success's observation and its replay's at the replay's last
+    step: the imagined success's step, or the step where a replay that held succeeded sooner."""
+    step = len(replayed["observations"]) - 1
+    return float(error_fn(imagined_run["observations"][step], replayed["observations"][step]))
+
+
 def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Sequence[int], *, seed: int = 0,
-                      exploits: bool = True, lost_fn: LostFn | None = object_lost, progress: bool = True) -> dict:
+                      exploits: bool = True, lost_fn: LostFn | None = object_lost, error_fn: ErrorFn = centre_error,
+                      progress: bool = True) -> dict:
     """Every policy of ``policies`` (name -> policy, see :func:`as_policy`) run in both worlds from
     each of ``seeds``, its generator seeded alike in both; with ``exploits``, every imagined success
-    replayed in ``truth``.
+    replayed in ``truth``, and ``error_fn`` between the imagined observation that succeeded and the
+    replay's at the same step (its gap).
 
     Returns ``{"policies": [{"name", "true": summary, "imagined": summary, "imagined_successes",
-    "exploits", "exploit_rate", "exploit_seeds"}], "agreement": {"success": rank_agreement,
-    "return": rank_agreement}, "exploit": {"rate", "exploits", "imagined_successes"}}``, a summary
+    "exploits", "exploit_rate", "exploit_seeds", "gaps": [{"gap", "exploit"}]}], "agreement":
+    {"success": rank_agreement, "return": rank_agreement}, "exploit": {"rate", "exploits",
+    "imagined_successes", "gap": {"exploits", "held"} (median gaps)}}``, a summary
     being ``{"return", "return_ci", "success", "success_ci", "returns", "successes", "steps", "lost"}``
     (95% percentile-bootstrap intervals, resampling seeded by ``seed``; ``lost``: the share of
     episodes whose last observation ``lost_fn`` flags, None without one).
@@ -443,10 +457,13 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
         won = [(s, r) for s, r in zip(seeds, runs["imagined"]) if r["success"]]
         row["imagined_successes"] = len(won)
         if exploits:
-            held = [replay(truth, s, r["actions"])["success"] for s, r in won]
+            replays = [replay(truth, s, r["actions"]) for s, r in won]
+            held = [again["success"] for again in replays]
             failed = [s for (s, _), ok in zip(won, held) if not ok]
             row.update(exploits=len(failed), exploit_seeds=failed,
                        exploit_rate=len(failed) / len(won) if won else None)
+            row["gaps"] = [{"gap": _gap(r, again, error_fn), "exploit": not ok}
+                           for (_, r), again, ok in zip(won, replays, held)]
             # the largest disagreement of each imagined success's episode, where the env reports one
             row["disagreement"] = [{"max": max(r["disagreement"]), "exploit": not ok}
                                    for (_, r), ok in zip(won, held) if r["disagreement"]]
@@ -457,7 +474,10 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
     if exploits:
         total, bad = sum(r["imagined_successes"] for r in rows), sum(r["exploits"] for r in rows)
         flagged = [d for r in rows for d in r["disagreement"]]
+        gaps = {kind: [g["gap"] for r in rows for g in r["gaps"] if g["exploit"] is (kind == "exploits")]
+                for kind in ("exploits", "held")}
         out["exploit"] = {"rate": bad / total if total else None, "exploits": bad, "imagined_successes": total,
+                          "gap": {kind: _finite(np.median(v)) if v else None for kind, v in gaps.items()},
                           "disagreement_auroc": auroc([d["max"] for d in flagged if d["exploit"]],
                                                       [d["max"] for d in flagged if not d["exploit"]])}
     return out
@@ -479,7 +499,8 @@ def evaluate_world(imagined, truth, policies: Mapping[str, Any] | None = None, *
                                      zero_action=zero_action, horizon=horizon, seed=seed, lost_fn=lost_fn,
                                      metrics=metrics, progress=progress)
     middle = time.perf_counter()
-    evaluation = evaluate_policies(imagined, truth, policies, seeds, seed=seed, lost_fn=lost_fn, progress=progress)
+    evaluation = evaluate_policies(imagined, truth, policies, seeds, seed=seed, lost_fn=lost_fn, error_fn=error_fn,
+                                   progress=progress)
     return {"label": label, "episodes": episodes, "seeds": seeds, "seed": seed,
             "sensitivity": sensitivity, **evaluation,
             "seconds": {"sensitivity": middle - start, "policies": time.perf_counter() - middle}}
@@ -547,8 +568,12 @@ def markdown_report(record: dict) -> str:
         ex = record["exploit"]
         rate = "n/a" if ex["rate"] is None else f"{100 * ex['rate']:.0f}%"
         auc = ex.get("disagreement_auroc")
+        gap = ex.get("gap") or {}
         lines.append(f"- exploit rate: **{rate}** ({ex['exploits']} of {ex['imagined_successes']} imagined "
                      "successes fail when their actions are replayed in the true world)"
+                     + ("" if gap.get("exploits") is None else
+                        f"; imagined vs true at the imagined success, median: {_fmt(gap['exploits'])} for the "
+                        f"exploits, {_fmt(gap.get('held'))} for the successes that hold")
                      + ("" if auc is None else f"; the episode's largest `info['disagreement']` tells exploits "
                         f"from real successes with AUROC **{auc:.2f}** (0.5: no better than chance)"))
     return "\n".join(lines)

@@ -7,7 +7,9 @@ hand-made numbers.
   episode an imagined success at step 1): ratio 1, and exactly the replays that fail in the truth
   are exploits;
 * a world frozen on its reset frame (ignores actions, never succeeds): ratio 1, no exploit rate,
-  MMRV in closed form.
+  MMRV in closed form;
+* a world that draws the true object a pixel a step nearer the goal and reads success from that
+  frame: its exploits are near misses, each as far from the truth as its drift at that step.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from cosmos3_gym.rollout.procedural_world import GOALS, MAX_SPEED, PushTask, draw
+from cosmos3_gym.rollout.procedural_world import GOALS, MAX_SPEED, SUCCESS_RADIUS, PushTask, draw, push, \
+    task_reward
 from cosmos3_gym.world import harness
 from cosmos3_gym.world.envs import ProceduralWorldEnv
 
@@ -66,6 +69,30 @@ class FrozenWorld(CopyWorld):
         frames = np.repeat(self.frame[None], self.inner.chunk, axis=0)
         return self.frame.copy(), 0.0, False, self.t >= self.horizon, {
             "prompt": self.prompt, "frames": frames, "success": False}
+
+
+class NearMissWorld(CopyWorld):
+    """The true dynamics, the frame after step ``t`` drawn ``t`` pixels toward the goal's side along x,
+    and reward and success read from those frames: a model that drifts a pixel a step and calls
+    success a little early."""
+
+    def reset(self, *, seed=None, options=None):
+        _, info = self.inner.reset(seed=seed, options=options)
+        self.task, self.position, self.t = self.inner.task, self.inner.position, 0
+        self.frame = self.draw()
+        return self.frame.copy(), info
+
+    def draw(self):
+        dx = self.t * np.sign(GOALS[self.task.goal][0] - 0.5)
+        return draw(self.task, (self.position[0] + dx, self.position[1]), self.inner.size)
+
+    def step(self, action):
+        self.position = tuple(push(self.task, self.position, action, self.inner.size)[-1])
+        self.t += 1
+        before, self.frame = self.frame, self.draw()
+        reward, success = task_reward(before, self.frame[None], self.task.goal)
+        return self.frame.copy(), reward, success, self.t >= self.horizon and not success, {
+            "prompt": self.task.prompt, "success": success}
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +146,14 @@ def test_a_world_that_pushes_to_the_goal_whatever_the_agent_does(truth):
     by_name = {row["name"]: row for row in record["policies"]}
     assert by_name["still"]["exploit_rate"] == 1.0 and by_name["away"]["exploit_rate"] == 1.0
     assert by_name["greedy"]["exploit_rate"] == 0.0
+    # the imagined object sits on the goal: a replay that fails has it outside the success radius
+    radius = SUCCESS_RADIUS * truth.size
+    for row in record["policies"]:
+        for gap in row["gaps"]:
+            assert gap["gap"] > radius - 0.5 if gap["exploit"] else gap["gap"] <= radius + 0.5, (row["name"], gap)
     total = EPISODES * len(record["policies"])
+    gaps = record["exploit"].pop("gap")
+    assert gaps["exploits"] > radius - 0.5 and gaps["held"] <= radius + 0.5
     assert record["exploit"] == {"rate": pytest.approx(exploits / total), "exploits": exploits,
                                  "imagined_successes": total, "disagreement_auroc": None}
     assert record["agreement"]["success"]["spearman"] is None  # imagined success is 1 for every policy
@@ -130,11 +164,33 @@ def test_a_frozen_world_ignores_actions_and_never_succeeds(truth):
     sens = record["sensitivity"]
     assert sens["ratio"] == pytest.approx(1.0) and sens["zero_ratio"] == pytest.approx(1.0)
     assert sens["pairs"]["true"] > 3 * EPISODES
-    assert record["exploit"] == {"rate": None, "exploits": 0, "imagined_successes": 0, "disagreement_auroc": None}
+    assert record["exploit"] == {"rate": None, "exploits": 0, "imagined_successes": 0, "disagreement_auroc": None,
+                                 "gap": {"exploits": None, "held": None}}
     true = np.array([r["true"]["success"] for r in record["policies"]])
     # every imagined score ties: each policy's worst violation is its true lead over the worst policy
     assert record["agreement"]["success"]["mmrv"] == pytest.approx(float(np.mean(true - true.min())))
     assert record["agreement"]["success"]["pearson"] is None
+
+
+def test_a_near_miss_is_as_far_from_the_truth_as_the_model_is_off(truth):
+    """Every imagined success, exploit or not, is compared with its replay at the step it succeeded
+    at, so each gap is that step's drift in pixels; some of the early calls are exploits."""
+    # noiseless policies: noisy ones push the object into the wall, where the shifted drawing is cut
+    policies = {name: policy for name, policy in harness.scripted_policies().items() if name in ("greedy", "half speed")}
+    record = harness.evaluate_world(NearMissWorld(), truth, policies, episodes=EPISODES, progress=False)
+    gaps, steps = [], []
+    for row in record["policies"]:
+        gaps += row["gaps"]
+        steps += [n for n, won in zip(row["imagined"]["steps"], row["imagined"]["successes"]) if won]
+    assert len(gaps) == record["exploit"]["imagined_successes"] > 0 and len(set(steps)) > 1
+    assert [gap["gap"] for gap in gaps] == pytest.approx(steps, abs=1e-6)
+    exploits = [n for gap, n in zip(gaps, steps) if gap["exploit"]]
+    held = [n for gap, n in zip(gaps, steps) if not gap["exploit"]]
+    assert 0 < len(exploits) < len(gaps)
+    assert record["exploit"]["gap"] == {"exploits": pytest.approx(np.median(exploits)),
+                                        "held": pytest.approx(np.median(held))}
+    assert (f"{np.median(exploits):.2f} for the exploits, {np.median(held):.2f} for the successes that hold"
+            in harness.markdown_report(record))
 
 
 def test_the_record_is_json_and_renders(copy_record, tmp_path):
