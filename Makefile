@@ -35,10 +35,17 @@ $(VENV)/.installed: $(VENV)/.created setup.cfg pyproject.toml
 # runs it in this process.
 TEST_WORKERS ?= 2
 
-.PHONY: demo test
+.PHONY: demo dev test test-quick
 # --overwrite: a second `make demo` replaces out/demo.mp4 (the CLI refuses to by default).
 demo: $(VENV)/.installed-examples
 	$(VENV)/bin/cosmos3-gym demo --overwrite
 
+# The [dev] extra alone (pytest and what the suite imports), for running tests by hand.
+dev: $(VENV)/.installed
+
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+
+# Without the examples, the notebook and the README snippets (marked slow): under 3 minutes.
+test-quick: $(VENV)/.installed
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" tests
