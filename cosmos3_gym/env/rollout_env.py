@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode
 
 from ..model.interrupts import installing
 from .presets import Preset
+from .rendering import can_render
 from .single_view import SingleEnvView
 from .vector_env import Cosmos3RolloutVectorEnv
 
@@ -155,7 +156,7 @@ class Cosmos3RolloutEnv(SingleEnvView):
             return self.vector.update_weights(weights)
 
     def render(self):
-        if self.render_mode != "rgb_array":
+        if not can_render(self):
             return None
         frames = self.engine.decode([0], x0=not self.vector._needs_reset[0])[0]  # [F, H, W, 3]
         return np.concatenate(list(frames), axis=1)

@@ -18,6 +18,7 @@ from ..rollout.streams import LOG_PROB_INFO, OBS_KEYS
 from .autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from .infos import object_column
 from .presets import Preset, load_preset
+from .rendering import can_render
 from .rewards import REWARDS, checked_reward
 from .spaces import action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
 
@@ -539,7 +540,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
         return self.engine.update_weights(weights)
 
     def render(self):
-        if self.render_mode != "rgb_array":
+        if not can_render(self):
             return None
         frames = self.engine.decode(list(range(self.num_envs)), x0=True)
         return tuple(np.concatenate(list(video), axis=1) for video in frames)

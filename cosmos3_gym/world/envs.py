@@ -23,6 +23,7 @@ from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_conti
 from ..model.interrupts import deferred_interrupts
 from ..model.tasks import Task
 from ..env.presets import load_preset
+from ..env.rendering import can_render
 from ..env.spaces import build_engine, checked_action, checked_options
 from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from ..env.infos import object_column
@@ -117,7 +118,7 @@ class ProceduralWorldEnv(gym.Env):
             "prompt": self.task.prompt, "frames": frames, "position": self.position, "success": success}
 
     def render(self):
-        return None if self.render_mode != "rgb_array" or self.task is None else self.frame.copy()
+        return None if not can_render(self) or self.task is None else self.frame.copy()
 
 
 class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
@@ -343,7 +344,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         return {"disagreement": values, "_disagreement": np.isin(np.arange(self.num_envs), stepping)}
 
     def render(self):
-        if self.render_mode != "rgb_array":
+        if not can_render(self):
             return None
         return tuple(frame.copy() for frame in self.frames)
 
@@ -364,5 +365,4 @@ class Cosmos3WorldEnv(SingleEnvView):
                                                **kwargs), render_mode, bounds_hint=COMMAND_HINT)
 
     def render(self):
-        frames = self.vector.render()
-        return None if frames is None else frames[0]
+        return self.vector.render()[0] if can_render(self) else None

@@ -51,6 +51,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ..env.infos import object_column
+from ..env.rendering import can_render
 from ..env.single_view import SingleEnvView
 from ..env.spaces import checked_action, checked_options
 from ..rollout.seeding import SEED_RANGE, checked_seed
@@ -190,7 +191,7 @@ class PushTTwinEnv(gym.Env):
         return self.frame.copy(), reward, success, truncated, info
 
     def render(self):
-        return None if self.render_mode != "rgb_array" or self.frame is None else self.frame.copy()
+        return None if not can_render(self) or self.frame is None else self.frame.copy()
 
     def close(self):
         self.pusht.close()
@@ -310,5 +311,4 @@ class Cosmos3PushTEnv(SingleEnvView):
         return obs, reward, terminated, truncated, info
 
     def render(self):
-        frames = self.vector.render()
-        return None if frames is None else frames[0]
+        return self.vector.render()[0] if can_render(self) else None

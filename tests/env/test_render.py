@@ -1,8 +1,13 @@
 """render(): the decoded x0-prediction as one filmstrip image, recordable with RecordVideo."""
 
+import warnings
+
 import gymnasium as gym
 import imageio.v2 as imageio
 import numpy as np
+import pytest
+
+import cosmos3_gym
 
 from conftest import run_episode
 
@@ -26,3 +31,16 @@ def test_record_video_wrapper(tmp_path):
     (video,) = (tmp_path / "videos").glob("*.mp4")
     frames = imageio.mimread(video)
     assert len(frames) == 4 and frames[0].shape == (32, 288, 3)  # reset + 3 steps
+
+
+@pytest.mark.parametrize("env_id", [*cosmos3_gym.ENV_IDS[:1], *cosmos3_gym.WORLD_ENV_IDS, *cosmos3_gym.PUSHT_ENV_IDS])
+def test_render_without_a_render_mode_says_how_to_get_frames(env_id):
+    """None, as Gymnasium's envs return, with the warning Gymnasium's (disabled) env checker would give."""
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    with pytest.warns(UserWarning, match=f'gym.make\\("{env_id}", render_mode="rgb_array"\\)'):
+        assert env.render() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert env.render() is None  # once per env
+    env.close()
