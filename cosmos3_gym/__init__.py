@@ -7,7 +7,7 @@ TOML files and registered with entry-point strings, so ``import cosmos3_gym`` (a
 imported on first attribute access (PEP 562).
 """
 
-from importlib import import_module, resources, util
+from importlib import import_module, resources
 
 import gymnasium as gym
 
@@ -77,9 +77,7 @@ WORLD_ENV_IDS = _register_worlds()
 def _register_pusht() -> list[str]:
     """PushT (``pip install 'cosmos3-gym[pusht]'``): Cosmos 3 imagining it, and gym-pusht as its twin.
 
-    Registered only where gym-pusht is installed, which is looked up without importing it."""
-    if util.find_spec("gym_pusht") is None:
-        return []
+    Registered everywhere; where gym-pusht is missing, making one says what to install."""
     return _register_in("cosmos3_gym.world.pusht", {"Cosmos3PushT-v0": ("Cosmos3PushTEnv", "Cosmos3PushTVectorEnv"),
                                                     "PushT-Twin-v0": ("PushTTwinEnv", None)})
 

@@ -29,11 +29,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import gymnasium as gym
-import torch
 
-from .model.model import Cosmos3Model, check_checkpoint
 from .train.args import guidance_override, parse_args, require_at_least
 from .world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
+from .world.pusht_coverage import require_gym_pusht
 
 
 WORLDS = ("procedural", "pusht")
@@ -52,7 +51,7 @@ class WorldEvalArgs:
     seed: int = 0  # reset seeds seed ..; also the shuffle, the random actions and the bootstrap
     checkpoint: str = ""  # the world model's weights (default: the embedded model; pusht: the shipped PushT model)
     disagreement: int = 0  # K >= 2: sample each imagined step K times (K times slower); AUROC of the spread
-    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    device: str = ""  # "": cuda where torch sees a GPU, else cpu
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
     progress: bool = True  # tqdm bars
 
@@ -62,6 +61,11 @@ class WorldEvalArgs:
             raise ValueError(f"--world {self.world!r} is not one of {list(WORLDS)}")
         if self.world == "pusht" and (self.goal or self.disagreement):
             raise ValueError("--goal and --disagreement are the procedural world's; leave them out with --world pusht")
+        if self.world == "pusht":
+            try:
+                require_gym_pusht("--world pusht")
+            except ImportError as error:
+                raise ValueError(str(error)) from None
         defaults = {f.name: f.default for f in fields(self)}
         if self.world != "pusht" and (self.horizon, self.clone_clips) != (defaults["horizon"], defaults["clone_clips"]):
             raise ValueError("--horizon and --clone-clips are PushT's; add --world pusht or leave them out")
@@ -79,6 +83,11 @@ class WorldEvalArgs:
         if min(self.noise_list) < 0 or len(set(self.noise_list)) < len(self.noise_list):
             raise ValueError(f"--noise-levels {self.noise_levels}: use distinct values >= 0")
         guidance_override(self)
+        import torch
+
+        from .model.model import check_checkpoint
+
+        self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         if self.checkpoint:
             check_checkpoint(self.checkpoint)
 
@@ -86,6 +95,8 @@ class WorldEvalArgs:
 def _worlds(args: WorldEvalArgs) -> tuple:
     """The model, the truth, the policies, ``make_dream(num_steps)``, the harness's keyword arguments,
     the figure's metric and the two worlds' names, for ``args.world``."""
+    from .model.model import Cosmos3Model
+
     goal = args.goal or None
     guidance = guidance_override(args)
     if args.world == "pusht":
@@ -111,6 +122,7 @@ def _worlds(args: WorldEvalArgs) -> tuple:
 
 def main(argv=None) -> dict:
     args = parse_args(WorldEvalArgs, argv, __doc__, prog="cosmos3-gym world-eval")
+    import torch  # after the flags: `world-eval --help` loads neither torch nor diffusers
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model, truth, policies, make_dream, harness_kwargs, metric, (dream_name, truth_name) = _worlds(args)

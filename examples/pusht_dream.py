@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.train.args import parse_args, require_at_least
-from cosmos3_gym.world.pusht_coverage import frame_coverage
+from cosmos3_gym.world.pusht_coverage import frame_coverage, require_gym_pusht
 from cosmos3_gym.model.model import check_checkpoint
 from cosmos3_gym.world.pusht_eval import agent_error, block_mass_error, pusht_policies
 
@@ -46,6 +46,10 @@ class Args:
 
     def __post_init__(self):
         require_at_least(self, chunks=1, num_steps=1, scale=1)
+        try:
+            require_gym_pusht("examples/pusht_dream.py")
+        except ImportError as error:
+            raise ValueError(str(error)) from None
         names = list(pusht_policies())
         if self.policy not in names:
             raise ValueError(f"--policy {self.policy!r} is not one of {names}")

@@ -15,11 +15,10 @@ from cosmos3_gym.model.threads import configure_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Every Cosmos 3 env id; Cosmos3PushT-v0 where gym-pusht is installed (the [pusht] extra).
+# Every Cosmos 3 env id (Cosmos3PushT-v0 too: registered without gym-pusht, it says what to install).
 COSMOS3_IDS = sorted(['Cosmos3ForwardDynamicsRollout-v0', 'Cosmos3InverseDynamicsRollout-v0', 'Cosmos3PolicyRollout-v0',
-                      'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0',
-                      'Cosmos3RolloutV2V-v0', 'Cosmos3World-v0']
-                     + (['Cosmos3PushT-v0'] if importlib.util.find_spec("gym_pusht") else []))
+                      'Cosmos3PushT-v0', 'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0',
+                      'Cosmos3RolloutT2I-v0', 'Cosmos3RolloutV2V-v0', 'Cosmos3World-v0'])
 
 
 @pytest.fixture
@@ -351,3 +350,21 @@ def test_a_value_the_env_refuses_after_the_model_loads_is_a_one_line_error(tmp_p
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "cosmos3-gym demo: error: seed=-1 is out of range" in err
     assert "Traceback" not in err
+
+
+def test_world_eval_without_gym_pusht_says_what_to_install(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gym_pusht" else real(name, *a))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["world-eval", "--world", "pusht"])
+    assert exit_.value.code == 2 and "--world pusht needs gym-pusht: pip install 'cosmos3-gym[pusht]'" in \
+        capsys.readouterr().err
+
+
+def test_world_eval_help_loads_neither_torch_nor_diffusers():
+    code = ("import sys; from cosmos3_gym import cli\n"
+            "try:\n    cli.main(['world-eval', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'diffusers') if m in sys.modules), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert "How far can the dream be trusted?" in result.stdout and ":func:" not in result.stdout
+    assert result.stderr.strip().endswith("[]")

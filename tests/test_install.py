@@ -1,6 +1,5 @@
 """A non-editable `pip install .` registers the env ids and ships presets and the tiny model."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -9,11 +8,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Every Cosmos 3 env id; Cosmos3PushT-v0 where gym-pusht is installed (the [pusht] extra).
+# Every Cosmos 3 env id (Cosmos3PushT-v0 too: registered without gym-pusht, it says what to install).
 COSMOS3_IDS = sorted(['Cosmos3ForwardDynamicsRollout-v0', 'Cosmos3InverseDynamicsRollout-v0', 'Cosmos3PolicyRollout-v0',
-                      'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0', 'Cosmos3RolloutT2I-v0',
-                      'Cosmos3RolloutV2V-v0', 'Cosmos3World-v0']
-                     + (['Cosmos3PushT-v0'] if importlib.util.find_spec("gym_pusht") else []))
+                      'Cosmos3PushT-v0', 'Cosmos3Rollout-v0', 'Cosmos3RolloutAV-v0', 'Cosmos3RolloutI2V-v0',
+                      'Cosmos3RolloutT2I-v0', 'Cosmos3RolloutV2V-v0', 'Cosmos3World-v0'])
 
 
 def test_non_editable_install_registers_env_ids(tmp_path):

@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import io
 import math
+import re
 import tokenize
 
 
@@ -27,6 +28,13 @@ def field_comments(cls) -> dict[str, str]:
     return comments
 
 
+def plain_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: Sphinx roles become their target (``:func:`~a.b``` -> ``b``,
+    ``:mod:`a.b``` -> ``a.b``) and reST's double backquotes Markdown's single ones."""
+    doc = re.sub(r":[a-z]+:`(~?)([^`]+)`", lambda m: f"`{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}`", doc)
+    return doc.replace("``", "`")
+
+
 def parse_args(cls, argv=None, description: str | None = None, prog: str | None = None):
     """An instance of dataclass ``cls`` with each field settable as ``--field-name``.
 
@@ -34,21 +42,22 @@ def parse_args(cls, argv=None, description: str | None = None, prog: str | None 
     one torch thread on the CPU unless ``OMP_NUM_THREADS`` says otherwise)."""
     from ..model.threads import configure_threads
 
-    configure_threads()
-    parser = argparse.ArgumentParser(prog=prog, description=description,
+    parser = argparse.ArgumentParser(prog=prog, description=description and plain_text(description),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     comments = field_comments(cls)
     for field in dataclasses.fields(cls):
         flag = f"--{field.name.replace('_', '-')}"
-        about = comments.get(field.name, "").replace("%", "%%")
+        about = plain_text(comments.get(field.name, "")).replace("%", "%%")
         if isinstance(field.default, bool):  # the action appends "(default: ...)" itself
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=about)
         else:
             kind = f"{type(field.default).__name__}, default: %(default)s"
             parser.add_argument(flag, type=type(field.default), default=field.default,
                                 help=f"{about} ({kind})" if about else f"({kind})")
+    flags = vars(parser.parse_args(argv))
+    configure_threads()  # after the flags: --help loads no torch
     try:
-        return cls(**vars(parser.parse_args(argv)))
+        return cls(**flags)
     except ValueError as error:  # a dataclass's own checks (require_at_least): usage and message, exit 2
         parser.error(str(error))
 

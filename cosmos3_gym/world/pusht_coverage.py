@@ -367,16 +367,24 @@ def block_error(imagined: np.ndarray, true: np.ndarray) -> float:
     return point_error(block_centre(imagined), block_centre(true))
 
 
+def require_gym_pusht(what: str = "PushT") -> None:
+    """An ImportError that names ``what`` and the install command where gym-pusht is missing (looked
+    up without importing it, so a command can check before it loads anything)."""
+    from importlib import util
+
+    if util.find_spec("gym_pusht") is None:
+        raise ImportError(f"{what} needs gym-pusht: pip install 'cosmos3-gym[pusht]' (or pip install gym-pusht)")
+
+
 def make_pusht(**kwargs):
     """gym-pusht's ``PushTEnv`` with pixel observations (unwrapped: no TimeLimit, no checkers), headless
     (``SDL_VIDEODRIVER=dummy`` unless set)."""
     import os
 
+    require_gym_pusht()
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    try:
-        from gym_pusht.envs import PushTEnv
-    except ImportError as error:
-        raise ImportError("PushT needs gym-pusht: pip install 'cosmos3-gym[pusht]' (or pip install gym-pusht)") from error
+    from gym_pusht.envs import PushTEnv
+
     return PushTEnv(obs_type="pixels", render_mode="rgb_array", **kwargs)
 
 

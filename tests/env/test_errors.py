@@ -267,3 +267,13 @@ def test_action_options_are_checked_for_finiteness_after_the_float32_cast(make_e
         plain = make_env(num_steps=2)
         plain.reset(seed=0)
         plain.step(np.array([1e300, 0.5]))
+
+
+@pytest.mark.parametrize("env_id", ["Cosmos3PushT-v0", "PushT-Twin-v0"])
+def test_pusht_without_gym_pusht_says_what_to_install(env_id, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gym_pusht" else real(name, *a))
+    with pytest.raises(ImportError, match=r"PushT needs gym-pusht: pip install 'cosmos3-gym\[pusht\]'"):
+        gym.make(env_id)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from cosmos3_gym.train.args import field_comments, parse_args
+from cosmos3_gym.train.args import field_comments, parse_args, plain_text
 
 
 @dataclass
@@ -28,3 +28,9 @@ def test_help_shows_the_comments_and_defaults(capsys):
     assert "--iterations ITERATIONS (int, default: 3)" in out
     assert "save the reward curve" in out
     assert parse_args(Args, ["--iterations", "5", "--no-plot"]) == Args(iterations=5, plot=False)
+
+
+def test_help_shows_docstrings_without_sphinx_markup():
+    assert plain_text("See :func:`~cosmos3_gym.world.harness.evaluate_world` and :mod:`cosmos3_gym.world`, "
+                      "``gym.make`` and ``--world pusht``.") == \
+        "See `evaluate_world` and `cosmos3_gym.world`, `gym.make` and `--world pusht`."
