@@ -8,6 +8,7 @@ keyword; an unknown keyword raises ``TypeError`` (as Python does) and an invalid
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import reprlib
@@ -169,8 +170,10 @@ class Preset:
         unknown = sorted(set(overrides) - names)
         if unknown:
             more = f" (and {_short(unknown[1:])})" if len(unknown) > 1 else ""
+            close = difflib.get_close_matches(unknown[0][:100], names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TypeError(f"unknown keyword(s) for env {_short(self.id)}: got an unexpected keyword argument "
-                            f"{_short(unknown[0])}{more}; preset fields are {sorted(names)}")
+                            f"{_short(unknown[0])}{more}{hint}; preset fields are {sorted(names)}")
         return dataclasses.replace(self, **_normalised(overrides))
 
     def sigma_grid_for(self, scheduler=None, use_native_flow_schedule: bool = False) -> SigmaGrid:

@@ -10,6 +10,7 @@ a trainer computes elsewhere; the env then reports reward 0 and no frames.
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable, Protocol
 
 import numpy as np
@@ -119,6 +120,22 @@ REWARDS: dict[str, Callable[[np.ndarray, list[str]], np.ndarray] | None] = {
 if tuple(REWARDS) != REWARD_NAMES:  # presets validate names against that light copy
     raise ImportError(f"rewards.REWARDS keys {list(REWARDS)} differ from presets.REWARD_NAMES {list(REWARD_NAMES)}; "
                       f"update REWARD_NAMES in cosmos3_gym/presets.py")
+
+
+def checked_reward_fn(reward_fn):
+    """``reward_fn`` if it can be called as ``reward_fn(frames, prompts)`` (checked when the env is
+    made, not at an episode's last step), else a ``ValueError`` that says what it must look like."""
+    contract = "pass reward(frames, prompts) -> float32 [B] (frames uint8 [B, T, H, W, 3], prompts a list of B str)"
+    if not callable(reward_fn):
+        raise ValueError(f"reward_fn={reward_fn!r} is not callable; {contract}")
+    try:
+        inspect.signature(reward_fn).bind(None, None)
+    except TypeError as error:
+        raise ValueError(f"reward_fn={getattr(reward_fn, '__name__', reward_fn)!r} cannot be called with "
+                         f"(frames, prompts): {error}; {contract}") from None
+    except ValueError:  # no signature to read (some builtins): the call will tell
+        pass
+    return reward_fn
 
 
 def checked_reward(reward_fn, frames: np.ndarray, prompts: list[str]) -> np.ndarray:

@@ -108,6 +108,8 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
             raise ValueError(f"action is a ragged nested sequence; expected an array of shape {expected}") from None
         if array.dtype.kind not in "fiu":
             raise ValueError(f"action has dtype {array.dtype}; expected real numbers (float32) of shape {expected}")
+        if array.shape != expected:  # here: np.ascontiguousarray makes a 0-d array (a bare number) 1-d
+            raise ValueError(f"action has shape {array.shape}; expected {expected}")
         tensor = torch.from_numpy(np.ascontiguousarray(array))
     elif tensor.dtype.is_complex or tensor.dtype == torch.bool:
         raise ValueError(f"action has dtype {tensor.dtype}; expected real numbers (float32) of shape {expected}")

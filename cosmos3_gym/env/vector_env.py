@@ -5,6 +5,10 @@ This is the implementation; :class:`~cosmos3_gym.env.rollout_env.Cosmos3RolloutE
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import inspect
+
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
@@ -19,7 +23,7 @@ from .autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from .infos import object_column
 from .presets import Preset, load_preset
 from .rendering import can_render
-from .rewards import REWARDS, checked_reward
+from .rewards import REWARDS, checked_reward, checked_reward_fn
 from .spaces import action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
 
 OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")
@@ -118,7 +122,14 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
                  device=None, dtype=None, reward_fn=None, model=None, array_type: str = "numpy", **overrides):
         preset = load_preset(preset) if isinstance(preset, str) else preset
-        self.preset = preset.override(**overrides)
+        try:
+            self.preset = preset.override(**overrides)
+        except TypeError as error:  # Python's wording kept: callers (TorchRL's GymEnv) match on it
+            fields = {field.name for field in dataclasses.fields(preset)}
+            close = [match for name in sorted(set(overrides) - fields)
+                     for match in difflib.get_close_matches(name[:100], ENV_ARGUMENTS, n=1)]
+            hint = f" (did you mean {close[0]!r}?)" if close and "did you mean" not in str(error) else ""
+            raise TypeError(f"{error}; besides those, the env takes {ENV_ARGUMENTS}{hint}") from None
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r} is invalid; use an integer >= 1")
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or num_envs % group_size:
@@ -127,8 +138,8 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         if array_type not in ARRAY_TYPES:
             raise ValueError(f"array_type={array_type!r} is not supported; choose one of {ARRAY_TYPES}")
-        if reward_fn is not None and not callable(reward_fn):
-            raise ValueError(f"reward_fn={reward_fn!r} is not callable; pass reward(frames, prompts) -> float32 [B]")
+        if reward_fn is not None:
+            checked_reward_fn(reward_fn)
         self.autoreset_mode = checked_autoreset_mode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         self.num_envs, self.group_size, self.render_mode, self.array_type = num_envs, group_size, render_mode, array_type
@@ -544,3 +555,8 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
             return None
         frames = self.engine.decode(list(range(self.num_envs)), x0=True)
         return tuple(np.concatenate(list(video), axis=1) for video in frames)
+
+
+# The keywords a rollout env takes besides its preset's fields (an unknown keyword's error lists them).
+ENV_ARGUMENTS = [name for name in inspect.signature(Cosmos3RolloutVectorEnv.__init__).parameters
+                 if name not in ("self", "overrides")]

@@ -27,6 +27,7 @@ def env(make_env):
 
 @pytest.mark.parametrize("action,match", [
     (np.zeros(3, dtype=np.float32), r"shape \(3,\)"),
+    (4.0, r"action has shape \(\); expected \(2,\)"),  # a bare number: its own shape, not numpy's 1-d copy
     (np.array(["a", "b"]), "dtype"),
     (np.array([np.nan, 0.5], dtype=np.float32), "NaN"),
     (np.array([6.0, 1.5], dtype=np.float32), "outside the action space bounds"),
@@ -214,6 +215,9 @@ def test_odd_arguments_get_errors_that_name_them():
     ({"autoreset_mode": "same_step"}, r"autoreset_mode='same_step' is not supported; use AutoresetMode"),
     ({"dtype": "float8"}, "dtype='float8' is not supported"),
     ({"reward_fn": "brightness"}, "reward_fn='brightness' is not callable"),
+    ({"reward_fn": lambda frames: np.zeros(len(frames))}, r"reward_fn='<lambda>' cannot be called with \(frames, "
+     r"prompts\): too many positional arguments; pass reward\(frames, prompts\) -> float32 \[B\]"),
+    ({"reward_fn": lambda frames, prompts, model: 0.0}, "missing a required argument: 'model'"),
 ])
 def test_bad_constructor_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -277,3 +281,16 @@ def test_pusht_without_gym_pusht_says_what_to_install(env_id, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gym_pusht" else real(name, *a))
     with pytest.raises(ImportError, match=r"PushT needs gym-pusht: pip install 'cosmos3-gym\[pusht\]'"):
         gym.make(env_id)
+
+
+@pytest.mark.parametrize("keyword,suggestion", [("guidance", "guidance_scale"), ("num_step", "num_steps"),
+                                                ("render_mod", "render_mode"), ("devise", "device")])
+def test_a_misspelled_keyword_gets_a_suggestion_and_the_env_arguments(keyword, suggestion):
+    with pytest.raises(TypeError) as err:
+        gym.make("Cosmos3Rollout-v0", num_steps=2, **{keyword: 1})
+    message = str(err.value)
+    assert f"did you mean '{suggestion}'?" in message
+    assert "besides those, the env takes [" in message and "'reward_fn'" in message and "'render_mode'" in message
+    with pytest.raises(TypeError) as err:
+        gym.make("Cosmos3Rollout-v0", num_steps=2, zzz=1)
+    assert "did you mean" not in str(err.value)  # nothing close: no guess
