@@ -82,6 +82,8 @@ def _register_pusht() -> list[str]:
                                                     "PushT-Twin-v0": ("PushTTwinEnv", None)})
 
 
+# Registered whether or not gym-pusht is installed (making one without it says what to install); whether it
+# is: importlib.util.find_spec("gym_pusht") is not None.
 PUSHT_ENV_IDS = _register_pusht()
 
 

@@ -12,6 +12,7 @@ import difflib
 import math
 import os
 import reprlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -166,15 +167,23 @@ class Preset:
         """A copy with ``overrides`` applied; unknown names raise ``TypeError``, as Python does for an
         unexpected keyword (callers such as TorchRL's ``GymEnv`` retry without a keyword on exactly
         that: its message holds Python's "unexpected keyword argument 'name'")."""
-        names = {f.name for f in dataclasses.fields(self)} - {"id"}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            more = f" (and {_short(unknown[1:])})" if len(unknown) > 1 else ""
-            close = difflib.get_close_matches(unknown[0][:100], names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise TypeError(f"unknown keyword(s) for env {_short(self.id)}: got an unexpected keyword argument "
-                            f"{_short(unknown[0])}{more}{hint}; preset fields are {sorted(names)}")
+        self.check_keywords(overrides)
         return dataclasses.replace(self, **_normalised(overrides))
+
+    def check_keywords(self, keywords, env_arguments: Sequence[str] = ()) -> None:
+        """``TypeError`` for names among ``keywords`` that are neither preset fields nor
+        ``env_arguments`` (the env's own keywords, listed beside the fields): Python's wording, a
+        "did you mean" where one name is close, and every keyword allowed."""
+        names = sorted({f.name for f in dataclasses.fields(self)} - {"id"})
+        unknown = sorted(set(keywords) - set(names) - set(env_arguments))
+        if not unknown:
+            return
+        more = f" (and {_short(unknown[1:])})" if len(unknown) > 1 else ""
+        close = difflib.get_close_matches(unknown[0][:100], [*names, *env_arguments], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        besides = f"; besides those, the env takes {list(env_arguments)}" if env_arguments else ""
+        raise TypeError(f"unknown keyword(s) for env {_short(self.id)}: got an unexpected keyword argument "
+                        f"{_short(unknown[0])}{more}{hint}; preset fields are {names}{besides}")
 
     def sigma_grid_for(self, scheduler=None, use_native_flow_schedule: bool = False) -> SigmaGrid:
         """The episode grid this preset asks for (``serving`` needs the checkpoint's scheduler)."""

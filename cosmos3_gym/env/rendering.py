@@ -8,6 +8,7 @@ bug in the env instead of a missing ``render_mode="rgb_array"``.
 from __future__ import annotations
 
 from gymnasium import logger
+from gymnasium.vector import VectorEnv
 
 
 def can_render(env) -> bool:
@@ -18,6 +19,7 @@ def can_render(env) -> bool:
         env._warned_no_render_mode = True
         spec = getattr(env, "spec", None)
         name = spec.id if spec is not None else type(env).__name__
+        make = "gym.make_vec" if isinstance(env, VectorEnv) else "gym.make"
         logger.warn(f"render() returns None: {name} was made without a render mode; make it with "
-                    f'render_mode="rgb_array" (e.g. gym.make("{name}", render_mode="rgb_array")) to get frames')
+                    f'render_mode="rgb_array" (e.g. {make}("{name}", render_mode="rgb_array")) to get frames')
     return False

@@ -5,8 +5,6 @@ This is the implementation; :class:`~cosmos3_gym.env.rollout_env.Cosmos3RolloutE
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import inspect
 
 import numpy as np
@@ -122,14 +120,8 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
                  device=None, dtype=None, reward_fn=None, model=None, array_type: str = "numpy", **overrides):
         preset = load_preset(preset) if isinstance(preset, str) else preset
-        try:
-            self.preset = preset.override(**overrides)
-        except TypeError as error:  # Python's wording kept: callers (TorchRL's GymEnv) match on it
-            fields = {field.name for field in dataclasses.fields(preset)}
-            close = [match for name in sorted(set(overrides) - fields)
-                     for match in difflib.get_close_matches(name[:100], ENV_ARGUMENTS, n=1)]
-            hint = f" (did you mean {close[0]!r}?)" if close and "did you mean" not in str(error) else ""
-            raise TypeError(f"{error}; besides those, the env takes {ENV_ARGUMENTS}{hint}") from None
+        preset.check_keywords(overrides, ENV_ARGUMENTS)
+        self.preset = preset.override(**overrides)
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r} is invalid; use an integer >= 1")
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or num_envs % group_size:

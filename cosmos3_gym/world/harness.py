@@ -260,9 +260,11 @@ def run_episode(env, seed: int, act: Callable[[Any, dict, int], Any], max_steps:
     """One episode from ``env.reset(seed=seed)``; ``act(obs, info, step) -> action`` (None ends the
     episode early). Returns ``{"observations": [the obs after each step], "actions", "rewards",
     "disagreement" (each step's ``info["disagreement"]``, where the env reports one), "return",
-    "success", "steps"}``; success is whether the episode ended in one."""
+    "success", "success_step" (the index in ``observations`` of the first success, or None), "steps"}``;
+    success is whether a step reported one."""
     obs, info = env.reset(seed=int(seed))
-    out = {"observations": [], "actions": [], "rewards": [], "disagreement": [], "success": False}
+    out = {"observations": [], "actions": [], "rewards": [], "disagreement": [], "success": False,
+           "success_step": None}
     step = 0
     while max_steps is None or step < max_steps:
         action = act(obs, info, step)
@@ -275,8 +277,8 @@ def run_episode(env, seed: int, act: Callable[[Any, dict, int], Any], max_steps:
         if isinstance(info, Mapping) and info.get("disagreement") is not None:
             out["disagreement"].append(float(info["disagreement"]))
         step += 1
-        if _success(info, terminated):
-            out["success"] = True
+        if _success(info, terminated) and not out["success"]:
+            out["success"], out["success_step"] = True, step - 1
         if terminated or truncated:
             break
     out["return"], out["steps"] = float(sum(out["rewards"])), step
@@ -419,11 +421,12 @@ def _summary(runs: list[dict], seed: int, lost_fn: LostFn | None) -> dict:
             "steps": [int(r["steps"]) for r in runs]}
 
 
-def _gap(imagined_run: dict, replayed: dict, error_fn: ErrorFn) -> float:
-    """``error_fn`` between an imagined success's observation and its replay's at the replay's last
-    step: the imagined success's step, or the step where a replay that held succeeded sooner."""
-    step = len(replayed["observations"]) - 1
-    return float(error_fn(imagined_run["observations"][step], replayed["observations"][step]))
+def _gap(imagined_run: dict, replayed: dict, error_fn: ErrorFn) -> float | None:
+    """``error_fn`` between an imagined success's observation and its replay's at the imagined
+    success's step, or at the replay's last step where a replay that held ended sooner (None where
+    ``error_fn`` is not finite)."""
+    step = min(imagined_run["success_step"], len(replayed["observations"]) - 1)
+    return _finite(error_fn(imagined_run["observations"][step], replayed["observations"][step]))
 
 
 def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Sequence[int], *, seed: int = 0,
@@ -474,8 +477,8 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
     if exploits:
         total, bad = sum(r["imagined_successes"] for r in rows), sum(r["exploits"] for r in rows)
         flagged = [d for r in rows for d in r["disagreement"]]
-        gaps = {kind: [g["gap"] for r in rows for g in r["gaps"] if g["exploit"] is (kind == "exploits")]
-                for kind in ("exploits", "held")}
+        gaps = {kind: [g["gap"] for r in rows for g in r["gaps"] if g["exploit"] is (kind == "exploits")
+                       and g["gap"] is not None] for kind in ("exploits", "held")}
         out["exploit"] = {"rate": bad / total if total else None, "exploits": bad, "imagined_successes": total,
                           "gap": {kind: _finite(np.median(v)) if v else None for kind, v in gaps.items()},
                           "disagreement_auroc": auroc([d["max"] for d in flagged if d["exploit"]],

@@ -284,7 +284,8 @@ def test_pusht_without_gym_pusht_says_what_to_install(env_id, monkeypatch):
 
 
 @pytest.mark.parametrize("keyword,suggestion", [("guidance", "guidance_scale"), ("num_step", "num_steps"),
-                                                ("render_mod", "render_mode"), ("devise", "device")])
+                                                ("render_mod", "render_mode"), ("devise", "device"),
+                                                ("num_env", "num_envs"), ("reward_func", "reward_fn")])
 def test_a_misspelled_keyword_gets_a_suggestion_and_the_env_arguments(keyword, suggestion):
     with pytest.raises(TypeError) as err:
         gym.make("Cosmos3Rollout-v0", num_steps=2, **{keyword: 1})

@@ -46,3 +46,11 @@ def test_render_without_a_render_mode_says_how_to_get_frames(env_id):
         warnings.simplefilter("error")
         assert env.render() is None  # once per env
     env.close()
+
+
+def test_a_vector_env_without_a_render_mode_says_make_vec():
+    venv = gym.make_vec("Cosmos3Rollout-v0", num_envs=2, vectorization_mode="vector_entry_point", num_steps=2)
+    venv.reset(seed=0)
+    with pytest.warns(UserWarning, match=r'gym.make_vec\("Cosmos3Rollout-v0", render_mode="rgb_array"\)'):
+        assert venv.render() is None
+    venv.close()

@@ -8,7 +8,6 @@ to the same result as a run that never failed.
 import contextlib
 import copy
 import gc
-import inspect
 import signal
 import sys
 import threading
@@ -371,9 +370,6 @@ def test_a_failed_first_reset_leaves_gym_make_envs_usable(make_env):
     assert np.isfinite(info["log_prob"])
 
 
-_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-
-
 class CtrlCAt:
     """A ``sys.setprofile`` hook that sends a real SIGINT (Ctrl-C) at the ``at``-th call site
     (a function, Python or C, called from a given function; each site counted at its first call)
@@ -381,13 +377,15 @@ class CtrlCAt:
     ``staged_update``) has returned, or (``after=False``) before the install begins (or a section
     begins to hold Ctrl-C for it). Calls made by the interrupt section itself are not counted:
     its exit's few bytecodes after SIGINT gets its handler back, like the return itself, are a
-    window no Python code can close. Nor are calls made in or by a generator's frame: a generator
-    dropped half-way is closed where it is dropped, and a KeyboardInterrupt raised while it closes
-    is printed and lost ("Exception ignored in"), by Python, whoever wrote the generator."""
+    window no Python code can close. A SIGINT that lands in a generator closing as it is dropped
+    half-way (``next(module.parameters())``) is printed and lost by Python ("Exception ignored
+    in"), whoever wrote the generator: ``sys.unraisablehook`` sees it, and it is sent again at
+    the next site."""
 
     def __init__(self, at: int, after: bool = True):
         self.at, self.after = at, after
         self.count, self.fired, self.started, self.done, self.seen = 0, False, False, False, set()
+        self.lost = False
 
     def run(self, call, install: tuple):
         owner, name = install
@@ -400,18 +398,26 @@ class CtrlCAt:
                 sys.setprofile(self)  # from here on (profiling the whole call would take minutes)
             return result
 
+        def unraisable(report):
+            if report.exc_type is KeyboardInterrupt:
+                self.lost = True  # to be sent again; the hook, which the exception unset, profiles again
+                sys.setprofile(self)
+            else:
+                hook(report)
+
         self.target = call.__code__
         setattr(owner, name, installing)
-        # The cyclic collector would run finalizers (a dropped generator's close) at points that
-        # differ between runs, where a SIGINT is only printed as "Exception ignored": off meanwhile.
-        collecting = gc.isenabled()
+        # The cyclic collector would run finalizers at points that differ between runs: off meanwhile.
+        collecting, hook = gc.isenabled(), sys.unraisablehook
         gc.disable()
+        sys.unraisablehook = unraisable
         if not self.after:
             sys.setprofile(self)
         try:
             return call()
         finally:
             sys.setprofile(None)
+            sys.unraisablehook = hook
             setattr(owner, name, original)
             if collecting:
                 gc.enable()
@@ -425,24 +431,22 @@ class CtrlCAt:
         return frame.f_code.co_filename == interrupts.__file__ or getattr(
             getattr(gen, "gi_code", None), "co_filename", None) == interrupts.__file__
 
-    @staticmethod
-    def generator(frame) -> bool:
-        return frame is not None and bool(frame.f_code.co_flags & _GENERATOR_FLAGS)
-
     def __call__(self, frame, event, arg):
         code = frame.f_code
         if event == "return":
             self.done |= code is self.target  # the call's own return: the caller's business
             return
-        if self.done or self.fired or event not in ("call", "c_call"):
+        if self.done or (self.fired and not self.lost) or event not in ("call", "c_call"):
             return
         if not self.after and signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             self.started = True  # a section holds Ctrl-C from here: the install is about to begin
         caller = frame if event == "c_call" else frame.f_back
         if self.section(frame) or self.section(caller) or (not self.after and self.started):
             return
-        if self.generator(frame) or self.generator(caller):
-            return  # perhaps closed as it is dropped (``next(module.parameters())``): Python only prints that
+        if self.lost:
+            self.lost = False
+            signal.raise_signal(signal.SIGINT)
+            return
         site = (caller.f_code, arg if event == "c_call" else code)
         if site not in self.seen:
             self.seen.add(site)

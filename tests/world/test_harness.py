@@ -72,9 +72,11 @@ class FrozenWorld(CopyWorld):
 
 
 class NearMissWorld(CopyWorld):
-    """The true dynamics, the frame after step ``t`` drawn ``t`` pixels toward the goal's side along x,
-    and reward and success read from those frames: a model that drifts a pixel a step and calls
-    success a little early."""
+    """The true dynamics, the frame after step ``t`` drawn ``t`` pixels toward the goal's side along x
+    (``DRIFT`` = -1: away from it), and reward and success read from those frames: a model that drifts
+    a pixel a step and calls success a little early (late)."""
+
+    DRIFT = 1.0
 
     def reset(self, *, seed=None, options=None):
         _, info = self.inner.reset(seed=seed, options=options)
@@ -83,7 +85,7 @@ class NearMissWorld(CopyWorld):
         return self.frame.copy(), info
 
     def draw(self):
-        dx = self.t * np.sign(GOALS[self.task.goal][0] - 0.5)
+        dx = self.DRIFT * self.t * np.sign(GOALS[self.task.goal][0] - 0.5)
         return draw(self.task, (self.position[0] + dx, self.position[1]), self.inner.size)
 
     def step(self, action):
@@ -146,14 +148,15 @@ def test_a_world_that_pushes_to_the_goal_whatever_the_agent_does(truth):
     by_name = {row["name"]: row for row in record["policies"]}
     assert by_name["still"]["exploit_rate"] == 1.0 and by_name["away"]["exploit_rate"] == 1.0
     assert by_name["greedy"]["exploit_rate"] == 0.0
-    # the imagined object sits on the goal: a replay that fails has it outside the success radius
+    # A success that holds has both objects (as the detector reads them) within the success radius of
+    # the goal, so at most two radii apart; an exploit's true object is outside it: never a zero gap.
     radius = SUCCESS_RADIUS * truth.size
     for row in record["policies"]:
         for gap in row["gaps"]:
-            assert gap["gap"] > radius - 0.5 if gap["exploit"] else gap["gap"] <= radius + 0.5, (row["name"], gap)
+            assert gap["gap"] > 0 if gap["exploit"] else gap["gap"] <= 2 * radius + 1e-9, (row["name"], gap)
     total = EPISODES * len(record["policies"])
     gaps = record["exploit"].pop("gap")
-    assert gaps["exploits"] > radius - 0.5 and gaps["held"] <= radius + 0.5
+    assert gaps["exploits"] > gaps["held"]
     assert record["exploit"] == {"rate": pytest.approx(exploits / total), "exploits": exploits,
                                  "imagined_successes": total, "disagreement_auroc": None}
     assert record["agreement"]["success"]["spearman"] is None  # imagined success is 1 for every policy
@@ -191,6 +194,22 @@ def test_a_near_miss_is_as_far_from_the_truth_as_the_model_is_off(truth):
                                         "held": pytest.approx(np.median(held))}
     assert (f"{np.median(exploits):.2f} for the exploits, {np.median(held):.2f} for the successes that hold"
             in harness.markdown_report(record))
+
+
+class LateWorld(NearMissWorld):
+    DRIFT = -2.0  # two pixels a step away from the goal's side: enough to be a step late now and then
+
+
+def test_a_success_imagined_late_is_compared_where_the_truth_succeeded():
+    """Imagination that drifts away from the goal succeeds later than the truth: the replay ends at
+    its own success, and the gap is that step's drift, less than the imagined success's."""
+    policies = {name: policy for name, policy in harness.scripted_policies().items() if name in ("greedy", "half speed")}
+    record = harness.evaluate_policies(LateWorld(), ProceduralWorldEnv(), policies, SEEDS, progress=False)
+    pairs = [(gap["gap"] / -LateWorld.DRIFT, n) for row in record["policies"] for gap, n in zip(
+        row["gaps"], [n for n, won in zip(row["imagined"]["steps"], row["imagined"]["successes"]) if won])]
+    # the gap in steps of drift: a whole number, at most the imagined success's step, sometimes less
+    assert pairs and all(k == pytest.approx(round(k), abs=1e-6) and 1 <= round(k) <= n for k, n in pairs)
+    assert any(round(k) < n for k, n in pairs)
 
 
 def test_the_record_is_json_and_renders(copy_record, tmp_path):
