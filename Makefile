@@ -46,6 +46,6 @@ dev: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
-# Without the examples, the notebook and the README snippets (marked slow): under 3 minutes.
+# Without the tests marked slow (examples, notebook, README snippets, Ray workers, full world-eval runs).
 test-quick: $(VENV)/.installed
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" tests

@@ -29,7 +29,8 @@ args = parser.parse_args()
 torch.set_num_threads(1)
 model = Cosmos3Model.from_pretrained(args.checkpoint, device="cpu")
 clips = generate(24, seed=args.seed, progress=False).frames  # [24, 9, 96, 96, 3]
-print(f"checkpoint {args.checkpoint}, clips of data seed {args.seed}")
+shown = "the shipped PushT model" if args.checkpoint == str(PUSHT_CHECKPOINT) else args.checkpoint
+print(f"checkpoint: {shown}; clips of data seed {args.seed}")
 with torch.no_grad():
     latents = model.encode_action_clips(list(clips), ENV_PRESET.resolution_tier, clips.shape[1])
     decoded = model.decode(latents)
