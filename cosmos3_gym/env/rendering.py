@@ -1,8 +1,8 @@
 """What ``render()`` does without a render mode: returns None, and says how to get frames.
 
 Gymnasium's passive env checker would warn there, but the package registers its envs without it
-(``disable_env_checker=True``, in ``cosmos3_gym/__init__.py``), so without this a ``render()`` that returns None looks like a
-bug in the env instead of a missing ``render_mode="rgb_array"``.
+(``disable_env_checker=True``, in ``cosmos3_gym/__init__.py``), so without this a ``render()`` that
+returns None looks like a bug in the env instead of a missing ``render_mode="rgb_array"``.
 """
 
 from __future__ import annotations

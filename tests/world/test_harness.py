@@ -179,7 +179,8 @@ def test_a_near_miss_is_as_far_from_the_truth_as_the_model_is_off(truth):
     """Every imagined success, exploit or not, is compared with its replay at the step it succeeded
     at, so each gap is that step's drift in pixels; some of the early calls are exploits."""
     # noiseless policies: noisy ones push the object into the wall, where the shifted drawing is cut
-    policies = {name: policy for name, policy in harness.scripted_policies().items() if name in ("greedy", "half speed")}
+    policies = {name: policy for name, policy in harness.scripted_policies().items()
+                if name in ("greedy", "half speed")}
     record = harness.evaluate_world(NearMissWorld(), truth, policies, episodes=EPISODES, progress=False)
     gaps, steps = [], []
     for row in record["policies"]:
@@ -203,7 +204,8 @@ class LateWorld(NearMissWorld):
 def test_a_success_imagined_late_is_compared_where_the_truth_succeeded():
     """Imagination that drifts away from the goal succeeds later than the truth: the replay ends at
     its own success, and the gap is that step's drift, less than the imagined success's."""
-    policies = {name: policy for name, policy in harness.scripted_policies().items() if name in ("greedy", "half speed")}
+    policies = {name: policy for name, policy in harness.scripted_policies().items()
+                if name in ("greedy", "half speed")}
     record = harness.evaluate_policies(LateWorld(), ProceduralWorldEnv(), policies, SEEDS, progress=False)
     pairs = [(gap["gap"] / -LateWorld.DRIFT, n) for row in record["policies"] for gap, n in zip(
         row["gaps"], [n for n, won in zip(row["imagined"]["steps"], row["imagined"]["successes"]) if won])]
