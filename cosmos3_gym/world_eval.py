@@ -62,10 +62,7 @@ class WorldEvalArgs:
         if self.world == "pusht" and (self.goal or self.disagreement):
             raise ValueError("--goal and --disagreement are the procedural world's; leave them out with --world pusht")
         if self.world == "pusht":
-            try:
-                require_gym_pusht("--world pusht")
-            except ImportError as error:
-                raise ValueError(str(error)) from None
+            require_gym_pusht("--world pusht")
         defaults = {f.name: f.default for f in fields(self)}
         if self.world != "pusht" and (self.horizon, self.clone_clips) != (defaults["horizon"], defaults["clone_clips"]):
             raise ValueError("--horizon and --clone-clips are PushT's; add --world pusht or leave them out")

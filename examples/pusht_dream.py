@@ -46,10 +46,7 @@ class Args:
 
     def __post_init__(self):
         require_at_least(self, chunks=1, num_steps=1, scale=1)
-        try:
-            require_gym_pusht("examples/pusht_dream.py")
-        except ImportError as error:
-            raise ValueError(str(error)) from None
+        require_gym_pusht("examples/pusht_dream.py")
         names = list(pusht_policies())
         if self.policy not in names:
             raise ValueError(f"--policy {self.policy!r} is not one of {names}")

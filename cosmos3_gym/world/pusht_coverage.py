@@ -367,13 +367,18 @@ def block_error(imagined: np.ndarray, true: np.ndarray) -> float:
     return point_error(block_centre(imagined), block_centre(true))
 
 
+class GymPushTMissing(ImportError, ValueError):
+    """gym-pusht is not installed: an ImportError for code that makes an env, and a ValueError for a
+    command's flag checks (``train.args.parse_args`` turns those into a usage error, exit 2)."""
+
+
 def require_gym_pusht(what: str = "PushT") -> None:
-    """An ImportError that names ``what`` and the install command where gym-pusht is missing (looked
-    up without importing it, so a command can check before it loads anything)."""
+    """:class:`GymPushTMissing`, naming ``what`` and the install command, where gym-pusht is missing
+    (looked up without importing it, so a command can check before it loads anything)."""
     from importlib import util
 
     if util.find_spec("gym_pusht") is None:
-        raise ImportError(f"{what} needs gym-pusht: pip install 'cosmos3-gym[pusht]' (or pip install gym-pusht)")
+        raise GymPushTMissing(f"{what} needs gym-pusht: pip install 'cosmos3-gym[pusht]' (or pip install gym-pusht)")
 
 
 def make_pusht(**kwargs):
