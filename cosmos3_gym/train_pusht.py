@@ -52,8 +52,9 @@ from .model.tasks import ROBOT_TASKS, Task
 from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_components, build_tiny_tokenizer, \
     save_checkpoint, scale_action_heads
 from .train.args import parse_args, require_at_least
-from .train.world_model import NUM_FRAMES, ActionPool, _fused, _lr, _update, canvas_reconstruction, draw_tasks, \
-    flow_matching_loss, parse_task_weights, schedule_step, train_step, trainable_model, training_batch, write_record
+from .train.world_model import NUM_FRAMES, ActionPool, _fused, _lr, _update, canvas_reconstruction, \
+    check_condition_noise, draw_tasks, flow_matching_loss, parse_task_weights, schedule_step, train_step, \
+    trainable_model, training_batch, write_record
 from .world.pusht import CHUNK, PROMPT, Cosmos3PushTVectorEnv, model_actions
 from .world.pusht_coverage import SIZE
 from .world.pusht_data import DEFAULT_MIX, KINDS, Clips, generate
@@ -101,6 +102,8 @@ class PushTTrainArgs:
     batch: int = 64
     lr: float = 5e-4
     uncond_prob: float = 0.1  # the env's unconditional prompt in place of its prompt (classifier-free guidance)
+    # (in closed loop the env conditions the model on its own imagined frames: they drift unless it learns noisy ones)
+    condition_noise: float = 0.0  # forward dynamics' condition latent + N(0, s^2), s ~ U(0, this) per clip
     # (forward dynamics is what the env runs; the policy learns from the scripted pushes)
     task_weights: str = "forward_dynamics=6,inverse_dynamics=1,policy=1"  # the transformer's tasks and their weights
     log_every: int = 50
@@ -119,6 +122,7 @@ class PushTTrainArgs:
                              "the transformer learned; a whole new VAE needs a transformer trained on its latents")
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         parse_mix(self.mix)
+        check_condition_noise(self.condition_noise)
         if not (math.isfinite(self.foreground_weight) and self.foreground_weight >= 0.0):
             raise ValueError(f"--foreground-weight {self.foreground_weight} is not a finite number >= 0 (0: a plain MSE)")
         for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
@@ -306,10 +310,10 @@ def pool_subset(pool: ActionPool, keep: np.ndarray) -> ActionPool:
 
 @torch.no_grad()
 def fixed_batch(model, pool: ActionPool, args: PushTTrainArgs) -> tuple:
-    """One forward-dynamics batch of ``pool`` (the env's prompt, no unconditional rows) with its noise
-    and sigmas, drawn once: the same clips, noise and sigmas at every measurement."""
+    """One forward-dynamics batch of ``pool`` (the env's prompt, no unconditional rows, clean conditions)
+    with its noise and sigmas, drawn once: the same clips, noise and sigmas at every measurement."""
     count = min(EVAL_BATCH, len(pool.prompts))
-    fixed = dataclasses.replace(args, batch=count, uncond_prob=0.0)
+    fixed = dataclasses.replace(args, batch=count, uncond_prob=0.0, condition_noise=0.0)
     rows, x0, generated = training_batch(model, Task.FORWARD_DYNAMICS, fixed, None, np.random.default_rng(0), {},
                                          {"dynamics": pool})
     generator = torch.Generator().manual_seed(0)

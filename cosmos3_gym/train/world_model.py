@@ -62,6 +62,8 @@ class TrainArgs:
     batch: int = 64
     lr: float = 5e-4
     uncond_prob: float = 0.1
+    # (in closed loop the env conditions the model on its own imagined frames, never on clean ones)
+    condition_noise: float = 0.0  # forward dynamics' condition latent + N(0, s^2), s ~ U(0, this) per clip
     log_every: int = 50
     max_minutes: float = 0.0  # > 0: end the transformer stage once the whole run has taken this long
     init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
@@ -89,6 +91,7 @@ class TrainArgs:
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
+        check_condition_noise(self.condition_noise)
         if self.vae_canvas_batch and 0 < self.vae_steps < self.vae_canvas_every:
             raise ValueError(f"--vae-canvas-every {self.vae_canvas_every} is more than --vae-steps {self.vae_steps}: "
                              f"the canvas term would come at step 0 alone; use at most {self.vae_steps}, or "
@@ -128,6 +131,25 @@ def scene_batches(seeds: list[int], count: int, workers: int):
         return iter(())
     return iter(torch.utils.data.DataLoader(SceneBatches(seeds, count), batch_size=None, num_workers=workers,
                                             prefetch_factor=4 if workers else None))
+
+
+def check_condition_noise(scale: float) -> None:
+    if not (math.isfinite(scale) and scale >= 0.0):
+        raise ValueError(f"--condition-noise {scale} is not a finite number >= 0 (the largest standard deviation of "
+                         "the noise added to forward dynamics' condition latent; 0: clean conditions)")
+
+
+def noisy_conditions(video: torch.Tensor, given_latents: int, scale: float, rng: np.random.Generator) -> torch.Tensor:
+    """``video`` with Gaussian noise of standard deviation ``s ~ U(0, scale)`` (one per clip) added to its
+    first ``given_latents`` latent frames, the clean condition: in closed loop the world env conditions
+    the model on the frame it imagined last, so a model trained on clean conditions alone meets
+    inputs it never saw and drifts (the noise-augmented context of GameNGen and DIAMOND). The frames it
+    generates, the loss's targets, are left as they are."""
+    levels = torch.from_numpy(rng.uniform(0.0, scale, len(video))).to(video.device, video.dtype)
+    noise = torch.from_numpy(rng.standard_normal(video[:, :, :given_latents].shape)).to(video.device, video.dtype)
+    noisy = video.clone()
+    noisy[:, :, :given_latents] += levels.view(-1, 1, 1, 1, 1) * noise
+    return noisy
 
 
 def _lr(step: int, total: int, peak: float, warmup: int = 200) -> float:
@@ -337,6 +359,8 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
     rows, order = [rows[i] for i in order], to_device(torch.tensor(order), video.device)
     video = video[order]
+    if task == Task.FORWARD_DYNAMICS and args.condition_noise > 0:
+        video = noisy_conditions(video, given_latents, args.condition_noise, rng)
     x0 = {"video": video}
     generated = {"video": generated_frames.view(1, 1, -1, 1, 1).expand_as(video)}
     if action:

@@ -164,3 +164,14 @@ def test_a_decoder_only_run_keeps_the_encoder_its_statistics_and_the_transformer
         with pytest.raises(SystemExit) as exit_info:
             main(["--device", "cpu", *flags, "--out", str(tmp_path / "refused")])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_held_out_loss_is_measured_on_clean_conditions(clips):
+    """``--condition-noise`` corrupts training batches only: the fixed held-out batch, and so the loss
+    logged under the clips' own and shuffled actions, is the same whatever the noise."""
+    model = trainable_model(pusht_components(PushTTrainArgs(**SMALL)), "cpu")
+    pool = pusht_pool(model, clips, PushTTrainArgs(**SMALL).resolution_tier, "cpu")
+    _, clean, *_ = fixed_batch(model, pool, PushTTrainArgs(**SMALL))
+    _, measured, *_ = fixed_batch(model, pool, PushTTrainArgs(**SMALL, condition_noise=0.6))
+    for name in clean:
+        torch.testing.assert_close(measured[name], clean[name], rtol=0, atol=0)
