@@ -95,6 +95,8 @@ class PushTTrainArgs:
     kl_weight: float = 1e-6
     # (a plain MSE collapses to the white table: the block and the agent are a few percent of the pixels)
     foreground_weight: float = 20.0  # the reconstruction loss's weight on pixels that are not the white table, vs 1
+    # (the agent is a disc of a latent pixel or two: a plain flow-matching loss lets the imagined frames drop it)
+    latent_foreground_weight: float = 0.0  # the transformer's loss weight on latent pixels that see the block or agent
     # (with --init-from: the encoder, the latent statistics and so the transformer's latents stay as they are)
     vae_decoder_only: bool = False  # the VAE stage trains the decoder alone
     vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it (--steps 0: all)
@@ -123,8 +125,10 @@ class PushTTrainArgs:
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         parse_mix(self.mix)
         check_condition_noise(self.condition_noise)
-        if not (math.isfinite(self.foreground_weight) and self.foreground_weight >= 0.0):
-            raise ValueError(f"--foreground-weight {self.foreground_weight} is not a finite number >= 0 (0: a plain MSE)")
+        for name in ("foreground_weight", "latent_foreground_weight"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0.0):
+                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a finite number >= 0 "
+                                 "(0: a plain MSE)")
         for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
@@ -290,32 +294,58 @@ def latent_statistics(model, frames: np.ndarray, resolution_tier: int) -> tuple[
     return latents.mean(dim=(0, 2, 3, 4)).tolist(), latents.std(dim=(0, 2, 3, 4)).tolist()
 
 
+def latent_foreground(model, clips: np.ndarray) -> torch.Tensor:
+    """``[B, 1, T, h, w]``, 1.0 where a latent element of uint8 ``clips`` ``[B, F, H, W, 3]`` sees a pixel
+    that is not the table (:func:`foreground`), else 0.0: the pixel mask max-pooled over each latent
+    element's frames (the first alone, then groups of the VAE's temporal compression; it is causal)
+    and its spatial cell."""
+    mask = foreground(clips, "cpu")
+    batch, _, frames, height, width = mask.shape
+    step, cell = model.temporal_compression, model.spatial_compression
+    later = mask[:, :, 1:].reshape(batch, 1, (frames - 1) // step, step, height, width).amax(dim=3)
+    per_frame = torch.cat([mask[:, :, :1], later], dim=2)
+    return torch.nn.functional.max_pool3d(per_frame, kernel_size=(1, cell, cell))
+
+
 @torch.no_grad()
-def pusht_pool(model, clips: Clips, resolution_tier: int, device) -> ActionPool:
+def pusht_pool(model, clips: Clips, resolution_tier: int, device, latent_foreground_weight: float = 0.0
+               ) -> ActionPool:
     """The clips encoded once as the env encodes its conditions (the VAE is causal: latent frame 0 is
-    also the forward-dynamics condition), with the env's prompt and its scaling of the actions."""
+    also the forward-dynamics condition), with the env's prompt and its scaling of the actions; with
+    ``latent_foreground_weight``, the loss weights ``1 + latent_foreground_weight`` where a latent
+    element sees the block or the agent (:func:`latent_foreground`)."""
     from tqdm import tqdm
 
     latents = [model.encode_action_clips(clips.frames[start:start + ENCODE_BATCH], resolution_tier, NUM_FRAMES)
                for start in tqdm(range(0, len(clips), ENCODE_BATCH), desc="encode clips")]
     commands = torch.from_numpy(model_actions(clips.actions)).to(device)
-    return ActionPool([PROMPT] * len(clips), torch.cat(latents), commands)
+    latents = torch.cat(latents)
+    weights = None
+    if latent_foreground_weight:
+        weights = torch.cat([1.0 + latent_foreground_weight * latent_foreground(model, clips.frames[start:start + 256])
+                             for start in range(0, len(clips), 256)])
+        if weights.shape[2:] != latents.shape[2:]:
+            raise ValueError(f"the clips' latent grid {tuple(latents.shape[2:])} is not their pixels' "
+                             f"{tuple(weights.shape[2:])} compressed by the VAE's factors")
+        weights = weights.to(latents.device)
+    return ActionPool([PROMPT] * len(clips), latents, commands, weights)
 
 
 def pool_subset(pool: ActionPool, keep: np.ndarray) -> ActionPool:
     index = np.flatnonzero(keep)
     on_device = torch.from_numpy(index).to(pool.latents.device)
-    return ActionPool([pool.prompts[i] for i in index], pool.latents[on_device], pool.commands[on_device])
+    weights = pool.weights[on_device] if pool.weights is not None else None
+    return ActionPool([pool.prompts[i] for i in index], pool.latents[on_device], pool.commands[on_device], weights)
 
 
 @torch.no_grad()
 def fixed_batch(model, pool: ActionPool, args: PushTTrainArgs) -> tuple:
-    """One forward-dynamics batch of ``pool`` (the env's prompt, no unconditional rows, clean conditions)
-    with its noise and sigmas, drawn once: the same clips, noise and sigmas at every measurement."""
+    """One forward-dynamics batch of ``pool`` (the env's prompt, no unconditional rows, clean conditions,
+    every generated element weighted alike) with its noise and sigmas, drawn once: the same clips, noise and sigmas at every measurement."""
     count = min(EVAL_BATCH, len(pool.prompts))
     fixed = dataclasses.replace(args, batch=count, uncond_prob=0.0, condition_noise=0.0)
     rows, x0, generated = training_batch(model, Task.FORWARD_DYNAMICS, fixed, None, np.random.default_rng(0), {},
-                                         {"dynamics": pool})
+                                         {"dynamics": dataclasses.replace(pool, weights=None)})
     generator = torch.Generator().manual_seed(0)
     noise = {name: torch.randn(x.shape, generator=generator).to(x.device) for name, x in x0.items()}
     return rows, x0, generated, noise, torch.linspace(0.1, 0.9, count)
@@ -387,7 +417,7 @@ def main(argv=None) -> int:
     model = trainable_model(components, args.device)  # anew: its pipeline reads the VAE's new latent statistics
     if args.steps:
         # 4. the clips encoded once, as the env encodes its conditions
-        everything = pusht_pool(model, clips, args.resolution_tier, args.device)
+        everything = pusht_pool(model, clips, args.resolution_tier, args.device, args.latent_foreground_weight)
         pools = {"dynamics": pool_subset(everything, ~held)}
         if expert.any():
             pools["expert"] = pool_subset(pools["dynamics"], expert)

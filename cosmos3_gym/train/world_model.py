@@ -290,6 +290,7 @@ class ActionPool:
     prompts: list[str]
     latents: torch.Tensor  # [N, C, T, h, w]
     commands: torch.Tensor  # [N, chunk, 2]
+    weights: torch.Tensor | None = None  # [N, 1, T, h, w]: each latent element's weight in the loss (None: all 1)
 
     @classmethod
     @torch.no_grad()
@@ -313,7 +314,8 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
                    tokens: dict, pools: dict[str, ActionPool]
                    ) -> tuple[list[RowSpec], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One batch of ``task``: its rows, the clean latents ``x0`` per stream and, per stream, the
-    mask of the elements the model generates (the loss's elements; the rest stays at ``x0``).
+    mask of the elements the model generates (the loss's elements; the rest stays at ``x0``): where
+    the pool has ``weights``, the video's mask holds the generated elements' weights instead of True.
     Text tasks take their videos from ``scenes`` (an item of :class:`SceneBatches`), action tasks
     draw from ``pools`` (``"expert"`` for the policy, ``"dynamics"`` for forward and inverse dynamics)."""
     chunk = NUM_FRAMES - 1
@@ -323,6 +325,7 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
         index = rng.integers(0, len(pool.prompts), args.batch)
         on_device = to_device(torch.from_numpy(index), pool.latents.device)
         video, commands = pool.latents[on_device], pool.commands[on_device]
+        weights = pool.weights[on_device] if pool.weights is not None else None
         prompts = [pool.prompts[i] for i in index]
         num_frames = NUM_FRAMES
     else:
@@ -363,6 +366,8 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
         video = noisy_conditions(video, given_latents, args.condition_noise, rng)
     x0 = {"video": video}
     generated = {"video": generated_frames.view(1, 1, -1, 1, 1).expand_as(video)}
+    if action and weights is not None:
+        generated["video"] = (generated["video"] * weights[order]).expand_as(video)
     if action:
         padded = torch.zeros((args.batch, chunk, model.transformer.config.action_dim), device=args.device)
         padded[:, :, :raw_dim] = commands[order]
@@ -380,13 +385,14 @@ def flow_matching_loss(model: Cosmos3Model, rows: list[RowSpec], x0: dict[str, t
     """The rectified-flow loss of one batch, the objective the samplers integrate: each generated
     element at ``(1 - sigma) x0 + sigma noise`` (the rest stays clean), the model's velocity at time
     ``1000 sigma`` against ``noise - x0``, the squared error averaged per stream over its generated
-    elements and summed over streams (a stream with none adds 0). ``sigma`` (one per row) comes
+    elements (weighted where ``generated`` holds weights, not booleans) and summed over streams (a
+    stream with none adds 0). ``sigma`` (one per row) comes
     from the host, and the model's timesteps are read from it there, not back from the device."""
     on_device = to_device(sigma, x0["video"].device)
     x_sigma = {}
     for name, x in x0.items():
         s = on_device.view(-1, *([1] * (x.ndim - 1)))
-        x_sigma[name] = torch.where(generated[name], (1 - s) * x + s * noise[name], x)
+        x_sigma[name] = torch.where(generated[name] != 0, (1 - s) * x + s * noise[name], x)
     inputs = {"video": [x.unsqueeze(0) for x in x_sigma["video"]]}
     if "action" in x_sigma:
         inputs["action"] = list(x_sigma["action"])

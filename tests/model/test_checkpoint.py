@@ -191,6 +191,29 @@ def test_flow_matching_loss_is_the_mean_error_over_generated_elements(actions_ge
     assert float(loss) == pytest.approx(expected, rel=1e-5)
 
 
+def test_flow_matching_loss_with_weights_is_their_weighted_mean_error():
+    """``generated`` holding weights instead of booleans: the same noised inputs (noised where the weight is
+    not 0) and the squared error averaged with the weights, against float64 arithmetic."""
+    from cosmos3_gym.train.world_model import flow_matching_loss
+
+    g = torch.Generator().manual_seed(1)
+    x0 = {"video": torch.randn(3, 4, 3, 2, 2, generator=g)}
+    noise = {"video": torch.randn(x0["video"].shape, generator=g)}
+    weights = 1.0 + 9.0 * (torch.rand(3, 1, 3, 2, 2, generator=g) > 0.7).float()
+    weights[:, :, 0] = 0.0  # the given frame
+    generated = {"video": weights.expand_as(x0["video"])}
+    sigma = torch.tensor([0.2, 0.4, 0.8])
+    model = _ConstantVelocity()
+    loss = flow_matching_loss(model, ["row"] * 3, x0, generated, noise, sigma)
+
+    x, n, w = x0["video"].double(), noise["video"].double(), generated["video"].double()
+    s = sigma.double().view(-1, 1, 1, 1, 1)
+    torch.testing.assert_close(torch.cat(model.inputs["video"]).double(), torch.where(w > 0, (1 - s) * x + s * n, x),
+                               rtol=1e-6, atol=1e-6)
+    expected = float((w * (model.velocity["video"] - (n - x)) ** 2).sum() / w.sum())
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--curriculum", "100"], "curriculum='100': '100' is not steps:weights with steps >= 1"),
     (["--curriculum", "t2v=1"], "curriculum='t2v=1': 't2v=1' is not steps:weights"),

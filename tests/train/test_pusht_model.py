@@ -1,6 +1,7 @@
 """The PushT trainer (cosmos3_gym.train_pusht): it feeds the model what Cosmos3PushT-v0 feeds it, it
 learns, it keeps to its time budget, and what it writes runs in the env."""
 
+import dataclasses
 import json
 import math
 
@@ -13,9 +14,9 @@ pytest.importorskip("gym_pusht")
 
 from cosmos3_gym.model.tasks import checked_domain  # noqa: E402
 from cosmos3_gym.train.world_model import trainable_model, training_batch  # noqa: E402
-from cosmos3_gym.train_pusht import TABLE_LEVEL, PushTTrainArgs, fixed_batch, foreground, held_out_losses, main, \
-    pusht_components, pusht_pool, train_transformer, weighted_mse  # noqa: E402
-from cosmos3_gym.world.pusht import Cosmos3PushTVectorEnv, PushTTwinEnv  # noqa: E402
+from cosmos3_gym.train_pusht import TABLE_LEVEL, PushTTrainArgs, fixed_batch, foreground, held_out_losses, \
+    latent_foreground, main, pusht_components, pusht_pool, train_transformer, weighted_mse  # noqa: E402
+from cosmos3_gym.world.pusht import PROMPT, Cosmos3PushTVectorEnv, PushTTwinEnv  # noqa: E402
 from cosmos3_gym.world.pusht_coverage import AGENT, BLOCK_FILL, WHITE, make_pusht  # noqa: E402
 from cosmos3_gym.world.pusht_data import Clips, generate  # noqa: E402
 
@@ -175,3 +176,43 @@ def test_the_held_out_loss_is_measured_on_clean_conditions(clips):
     _, measured, *_ = fixed_batch(model, pool, PushTTrainArgs(**SMALL, condition_noise=0.6))
     for name in clean:
         torch.testing.assert_close(measured[name], clean[name], rtol=0, atol=0)
+
+
+def test_latent_foreground_marks_the_latent_cells_that_see_the_block_or_the_agent(tiny_model, clips):
+    """Against numpy loops over gym-pusht's own frames: a latent element is marked where any pixel of
+    its frames (frame 0 alone, then groups of four) and its 4x4 cell is not the table."""
+    frames = clips.frames[:2]
+    marked = latent_foreground(tiny_model, frames).numpy()
+    step, cell = tiny_model.temporal_compression, tiny_model.spatial_compression
+    groups = [[0]] + [list(range(1 + step * t, 1 + step * (t + 1))) for t in range((frames.shape[1] - 1) // step)]
+    pixels = frames.min(axis=-1) < TABLE_LEVEL
+    expected = np.zeros_like(marked)
+    for b in range(len(frames)):
+        for t, group in enumerate(groups):
+            for i in range(frames.shape[2] // cell):
+                for j in range(frames.shape[3] // cell):
+                    expected[b, 0, t, i, j] = pixels[b, group, i * cell:(i + 1) * cell, j * cell:(j + 1) * cell].any()
+    np.testing.assert_array_equal(marked, expected)
+    assert 0 < expected.mean() < 0.5  # the block, the agent and the goal, not the table
+
+
+def test_the_transformer_loss_weighs_the_foreground_and_the_held_out_loss_does_not(clips):
+    """With --latent-foreground-weight W each generated latent element of a training batch carries the
+    weight 1 + W where it sees the block or the agent (matched clip by clip against the pool), the
+    condition frame none; the held-out batch stays unweighted."""
+    args = PushTTrainArgs(**{**SMALL, "batch": 6, "uncond_prob": 0.0, "latent_foreground_weight": 9.0})
+    model = trainable_model(pusht_components(args), "cpu")
+    pool = pusht_pool(model, clips, args.resolution_tier, "cpu", args.latent_foreground_weight)
+    marked = latent_foreground(model, clips.frames)
+    torch.testing.assert_close(pool.weights, 1.0 + 9.0 * marked, rtol=0, atol=0)
+    # prompts of different lengths, so that the batch's rows are reordered (runs of equal lengths)
+    pool = dataclasses.replace(pool, prompts=[PROMPT + " push" * (j % 3) for j in range(len(pool.prompts))])
+    _, x0, generated = training_batch(model, "forward_dynamics", args, None, np.random.default_rng(1), {},
+                                      {"dynamics": pool})
+    for row in range(args.batch):
+        (clip,) = [j for j in range(len(pool.latents)) if torch.equal(pool.latents[j], x0["video"][row])]
+        weights = generated["video"][row]
+        assert (weights[:, 0] == 0).all()
+        torch.testing.assert_close(weights[:, 1:], pool.weights[clip, :, 1:].expand_as(weights[:, 1:]), rtol=0, atol=0)
+    _, _, fixed_generated, *_ = fixed_batch(model, pool, args)
+    assert fixed_generated["video"].dtype == torch.bool
