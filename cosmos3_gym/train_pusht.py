@@ -96,7 +96,9 @@ class PushTTrainArgs:
     # (a plain MSE collapses to the white table: the block and the agent are a few percent of the pixels)
     foreground_weight: float = 20.0  # the reconstruction loss's weight on pixels that are not the white table, vs 1
     # (the agent is a disc of a latent pixel or two: a plain flow-matching loss lets the imagined frames drop it)
-    latent_foreground_weight: float = 0.0  # the transformer's loss weight on latent pixels that see the block or agent
+    # the transformer's loss weighs 1 + this on latent elements that see a pixel other than the table (the block,
+    # the agent, and the goal's T, which never moves), 1 elsewhere; in every task that generates video
+    latent_foreground_weight: float = 0.0
     # (with --init-from: the encoder, the latent statistics and so the transformer's latents stay as they are)
     vae_decoder_only: bool = False  # the VAE stage trains the decoder alone
     vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it (--steps 0: all)
@@ -128,7 +130,7 @@ class PushTTrainArgs:
         for name in ("foreground_weight", "latent_foreground_weight"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0.0):
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a finite number >= 0 "
-                                 "(0: a plain MSE)")
+                                 "(0: every element weighted alike)")
         for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
@@ -313,7 +315,7 @@ def pusht_pool(model, clips: Clips, resolution_tier: int, device, latent_foregro
     """The clips encoded once as the env encodes its conditions (the VAE is causal: latent frame 0 is
     also the forward-dynamics condition), with the env's prompt and its scaling of the actions; with
     ``latent_foreground_weight``, the loss weights ``1 + latent_foreground_weight`` where a latent
-    element sees the block or the agent (:func:`latent_foreground`)."""
+    element sees a pixel that is not the table: the block, the agent or the goal (:func:`latent_foreground`)."""
     from tqdm import tqdm
 
     latents = [model.encode_action_clips(clips.frames[start:start + ENCODE_BATCH], resolution_tier, NUM_FRAMES)

@@ -41,6 +41,8 @@ def test_the_condition_gets_noise_of_the_drawn_scales_and_the_targets_none(model
     stds = difference.std(dim=1)
     assert difference.mean(dim=1).abs().max() < 0.1
     assert stds.min() > 0 and stds.max() < SCALE * 1.1
+    # one level per clip, spread over [0, SCALE] (one per element would give every clip about SCALE / sqrt(3))
+    assert stds.min() < 0.2 * SCALE and stds.max() > 0.8 * SCALE
     spread = SCALE / np.sqrt(12 * CLIPS)  # the standard error of the mean of CLIPS uniform draws
     assert abs(stds.mean().item() - SCALE / 2) < 4 * spread + 0.01
 

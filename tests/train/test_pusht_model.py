@@ -120,12 +120,14 @@ def test_a_run_out_of_time_still_saves_a_checkpoint_the_env_runs(tmp_path):
     assert obs.shape == (96, 96, 3) and obs.dtype == np.uint8 and np.isfinite(reward)
 
 
-def test_a_foreground_weight_that_is_not_a_finite_number_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["--foreground-weight", "--latent-foreground-weight", "--condition-noise"])
+def test_a_weight_or_noise_that_is_not_a_finite_number_is_refused(tmp_path, capsys, flag):
     for value in ("inf", "nan", "-1"):
         with pytest.raises(SystemExit) as exit_info:
-            main(["--device", "cpu", "--foreground-weight", value, "--out", str(tmp_path / "run")])
-        assert exit_info.value.code == 2 and f"--foreground-weight {float(value)} is not a finite number" \
+            main(["--device", "cpu", flag, value, "--out", str(tmp_path / "run")])
+        assert exit_info.value.code == 2 and f"{flag} {float(value)} is not a finite number >= 0" \
             in capsys.readouterr().err
+        assert not (tmp_path / "run").exists()
 
 
 def test_a_checkpoint_over_the_size_limit_is_refused_before_anything_loads(tmp_path, capsys):
@@ -198,7 +200,7 @@ def test_latent_foreground_marks_the_latent_cells_that_see_the_block_or_the_agen
 
 def test_the_transformer_loss_weighs_the_foreground_and_the_held_out_loss_does_not(clips):
     """With --latent-foreground-weight W each generated latent element of a training batch carries the
-    weight 1 + W where it sees the block or the agent (matched clip by clip against the pool), the
+    weight 1 + W where it sees a pixel that is not the table (matched clip by clip against the pool), the
     condition frame none; the held-out batch stays unweighted."""
     args = PushTTrainArgs(**{**SMALL, "batch": 6, "uncond_prob": 0.0, "latent_foreground_weight": 9.0})
     model = trainable_model(pusht_components(args), "cpu")
