@@ -32,7 +32,8 @@ actions = rng.uniform(-1, 1, (16, 16, RAW_DIM)).astype(np.float32)
 enc = lambda: model.encode_action_conditions("forward_dynamics", 16, 256, images, actions)
 cond = enc()
 latents = torch.randn(16, *cond[0].latent.shape, device="cuda")
-print("device", torch.cuda.get_device_name(), "torch", torch.__version__, "condition latent", tuple(cond[0].latent.shape))
+print("device", torch.cuda.get_device_name(), "torch", torch.__version__,
+      "condition latent", tuple(cond[0].latent.shape))
 dec = lambda: model.decode(latents)
 results = {}
 for name in ("default", "cudnn.benchmark", "channels_last_3d + cudnn.benchmark"):

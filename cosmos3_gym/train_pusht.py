@@ -343,7 +343,8 @@ def pool_subset(pool: ActionPool, keep: np.ndarray) -> ActionPool:
 @torch.no_grad()
 def fixed_batch(model, pool: ActionPool, args: PushTTrainArgs) -> tuple:
     """One forward-dynamics batch of ``pool`` (the env's prompt, no unconditional rows, clean conditions,
-    every generated element weighted alike) with its noise and sigmas, drawn once: the same clips, noise and sigmas at every measurement."""
+    every generated element weighted alike) with its noise and sigmas, drawn once: the same clips,
+    noise and sigmas at every measurement."""
     count = min(EVAL_BATCH, len(pool.prompts))
     fixed = dataclasses.replace(args, batch=count, uncond_prob=0.0, condition_noise=0.0)
     rows, x0, generated = training_batch(model, Task.FORWARD_DYNAMICS, fixed, None, np.random.default_rng(0), {},

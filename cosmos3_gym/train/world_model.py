@@ -386,8 +386,8 @@ def flow_matching_loss(model: Cosmos3Model, rows: list[RowSpec], x0: dict[str, t
     element at ``(1 - sigma) x0 + sigma noise`` (the rest stays clean), the model's velocity at time
     ``1000 sigma`` against ``noise - x0``, the squared error averaged per stream over its generated
     elements (weighted where ``generated`` holds weights, not booleans) and summed over streams (a
-    stream with none adds 0). ``sigma`` (one per row) comes
-    from the host, and the model's timesteps are read from it there, not back from the device."""
+    stream with none adds 0). ``sigma`` (one per row) comes from the host, and the model's timesteps
+    are read from it there, not back from the device."""
     on_device = to_device(sigma, x0["video"].device)
     x_sigma = {}
     for name, x in x0.items():
