@@ -36,7 +36,6 @@ Writes a diffusers-layout checkpoint (``gym.make("Cosmos3PushT-v0", checkpoint=O
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -51,9 +50,9 @@ from .model.model import check_checkpoint, checked_device, load_component
 from .model.tasks import ROBOT_TASKS, Task
 from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_components, build_tiny_tokenizer, \
     save_checkpoint, scale_action_heads
-from .train.args import parse_args, require_at_least
-from .train.world_model import NUM_FRAMES, ActionPool, _fused, _lr, _update, canvas_reconstruction, \
-    check_condition_noise, draw_tasks, flow_matching_loss, parse_task_weights, schedule_step, train_step, \
+from .train.args import parse_args, require_at_least, require_finite_non_negative
+from .train.world_model import CONDITION_NOISE_MEANING, NUM_FRAMES, ActionPool, _fused, _lr, _update, \
+    canvas_reconstruction, draw_tasks, flow_matching_loss, parse_task_weights, schedule_step, train_step, \
     trainable_model, training_batch, write_record
 from .world.pusht import CHUNK, PROMPT, Cosmos3PushTVectorEnv, model_actions
 from .world.pusht_coverage import SIZE
@@ -126,11 +125,9 @@ class PushTTrainArgs:
                              "the transformer learned; a whole new VAE needs a transformer trained on its latents")
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         parse_mix(self.mix)
-        check_condition_noise(self.condition_noise)
-        for name in ("foreground_weight", "latent_foreground_weight"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0.0):
-                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a finite number >= 0 "
-                                 "(0: every element weighted alike)")
+        require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
+                                    foreground_weight="0: every element weighted alike",
+                                    latent_foreground_weight="0: every element weighted alike")
         for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")

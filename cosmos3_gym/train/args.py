@@ -71,6 +71,15 @@ def require_at_least(args, **minimums) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value} is too small; use {minimum} or more")
 
 
+def require_finite_non_negative(args, **meanings) -> None:
+    """Raise ``ValueError`` for the first float field of ``args`` that is negative, infinite or NaN, named
+    as its flag, with what its value means (a weight or a noise scale; call from ``__post_init__``)."""
+    for name, meaning in meanings.items():
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0.0):
+            raise ValueError(f"--{name.replace('_', '-')} {value} is not a finite number >= 0 ({meaning})")
+
+
 def apply_quick(args, quick: dict) -> None:
     """An example's ``--quick``: each of ``quick``'s values replaces its field where the field is still
     at its default, so that a flag given beside ``--quick`` wins."""

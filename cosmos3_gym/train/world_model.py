@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .args import parse_args, require_at_least
+from .args import parse_args, require_at_least, require_finite_non_negative
 from ..model.model import Cosmos3Model, checked_device, load_component
 from ..model.diffusers_private import crop_action_latent, encode_video
 from ..model.packing import RowSpec, to_device
@@ -45,6 +45,8 @@ from ..model.tiny_model import TINY_CHECKPOINT, build_tiny_components, save_chec
 from ..rollout.procedural_world import ACTION_KINDS, action_chunks, dataset
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
+CONDITION_NOISE_MEANING = ("the largest standard deviation of the noise added to forward dynamics' condition latent; "
+                           "0: clean conditions")
 TASKS = (Task.T2V, Task.T2I, Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS, Task.POLICY)  # what it trains
 
 
@@ -91,7 +93,7 @@ class TrainArgs:
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
-        check_condition_noise(self.condition_noise)
+        require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING)
         if self.vae_canvas_batch and 0 < self.vae_steps < self.vae_canvas_every:
             raise ValueError(f"--vae-canvas-every {self.vae_canvas_every} is more than --vae-steps {self.vae_steps}: "
                              f"the canvas term would come at step 0 alone; use at most {self.vae_steps}, or "
@@ -131,12 +133,6 @@ def scene_batches(seeds: list[int], count: int, workers: int):
         return iter(())
     return iter(torch.utils.data.DataLoader(SceneBatches(seeds, count), batch_size=None, num_workers=workers,
                                             prefetch_factor=4 if workers else None))
-
-
-def check_condition_noise(scale: float) -> None:
-    if not (math.isfinite(scale) and scale >= 0.0):
-        raise ValueError(f"--condition-noise {scale} is not a finite number >= 0 (the largest standard deviation of "
-                         "the noise added to forward dynamics' condition latent; 0: clean conditions)")
 
 
 def noisy_conditions(video: torch.Tensor, given_latents: int, scale: float, rng: np.random.Generator) -> torch.Tensor:
