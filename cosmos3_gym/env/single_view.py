@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..model.interrupts import installing
-from .spaces import checked_action
+from .spaces import action_hint, checked_action
 
 
 def unbatched_info(infos: dict) -> dict:
@@ -66,8 +66,9 @@ class SingleEnvView(gym.Env):
     def step(self, action):
         if not self.vector._started or self.vector._needs_reset[0]:
             raise RuntimeError("the episode is over (or reset() was never called): call env.reset() first")
-        hint = {} if self._bounds_hint is None else {"bounds_hint": self._bounds_hint}
-        action = checked_action(action, self.action_space, device=getattr(self.vector, "device", "cpu"), **hint)
+        hint = action_hint(self.vector.preset) if self._bounds_hint is None else self._bounds_hint
+        action = checked_action(action, self.action_space, device=getattr(self.vector, "device", "cpu"),
+                                bounds_hint=hint)
         batched = {k: v.unsqueeze(0) for k, v in action.items()} if isinstance(action, dict) else action.unsqueeze(0)
         with installing("step"):
             obs, rewards, terminated, truncated, infos = self.vector.step(batched)

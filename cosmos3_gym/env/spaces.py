@@ -68,6 +68,12 @@ def action_space(preset: Preset, stream_shapes: dict) -> spaces.Space:
 
 CONTROL_HINT = ("(guidance_scale, noise_level); clip it or widen the preset's guidance_bounds / "
                 "noise_level_bounds")
+NOISE_HINT = "(the step's noise: one standard normal draw per latent element)"
+
+
+def action_hint(preset: Preset) -> str:
+    """What the preset's actions mean, for :func:`checked_action`'s messages."""
+    return NOISE_HINT if preset.action_mode == "noise" else CONTROL_HINT
 
 
 def finite_float32(values, name: str, device="cpu") -> torch.Tensor:
@@ -92,13 +98,15 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
     ``Dict`` space: a dict of them, one per key).
 
     Accepts numpy arrays, torch tensors and nested lists; raises ``ValueError`` saying what is wrong
-    (``bounds_hint``: what the bounded entries mean and how to fix an out-of-bounds one).
+    (``bounds_hint``: ``"(what the entries mean); how to fix an out-of-bounds one"``; a wrong shape's
+    message names the meaning too).
     """
     if isinstance(space, spaces.Dict):
         if not isinstance(action, dict) or set(action) != set(space.spaces):
             got = sorted(action) if isinstance(action, dict) else type(action).__name__
             raise ValueError(f"action is {got}; expected a dict with keys {sorted(space.spaces)} (one noise per stream)")
-        return {key: checked_action(action[key], box, batch_shape, device) for key, box in space.spaces.items()}
+        return {key: checked_action(action[key], box, batch_shape, device, bounds_hint)
+                for key, box in space.spaces.items()}
     expected = batch_shape + space.shape
     tensor = action if isinstance(action, torch.Tensor) else None
     if tensor is None:
@@ -109,7 +117,7 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
         if array.dtype.kind not in "fiu":
             raise ValueError(f"action has dtype {array.dtype}; expected real numbers (float32) of shape {expected}")
         if array.shape != expected:  # here: np.ascontiguousarray makes a 0-d array (a bare number) 1-d
-            raise ValueError(f"action has shape {array.shape}; expected {expected}")
+            raise _shape_error(array.shape, space.shape, batch_shape, bounds_hint)
         tensor = torch.from_numpy(np.ascontiguousarray(array))
     elif tensor.dtype.is_complex or tensor.dtype == torch.bool:
         raise ValueError(f"action has dtype {tensor.dtype}; expected real numbers (float32) of shape {expected}")
@@ -117,7 +125,7 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
         raise ValueError(f"action is a {'meta' if tensor.is_meta else str(tensor.layout)} tensor; expected a dense "
                          f"tensor with data, of shape {expected}")
     if tuple(tensor.shape) != expected:
-        raise ValueError(f"action has shape {tuple(tensor.shape)}; expected {expected}")
+        raise _shape_error(tuple(tensor.shape), space.shape, batch_shape, bounds_hint)
     exact = tensor.to(device=device, dtype=torch.float64)  # bounds are checked before rounding to float32
     tensor = finite_float32(tensor, "action", device)
     if np.isfinite(space.low).all() and np.isfinite(space.high).all():
@@ -133,6 +141,15 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
                       else f"low={space.low.tolist()}, high={space.high.tolist()}")
             raise ValueError(f"action {shown} lies outside the action space bounds {bounds} {bounds_hint}")
     return tensor
+
+
+def _shape_error(shape: tuple, space_shape: tuple, batch_shape: tuple, bounds_hint: str) -> ValueError:
+    """What a wrong action shape means: the entries' meaning, and for a vector env given one env's
+    action, how to give one per env."""
+    meaning = bounds_hint.split(";")[0]
+    stack = (f"; that is one env's action, and these {batch_shape[0]} envs take one each, stacked: e.g. "
+             f"np.stack([action] * {batch_shape[0]})" if batch_shape and shape == space_shape else "")
+    return ValueError(f"action has shape {shape}; expected {batch_shape + space_shape} {meaning}{stack}")
 
 
 def checked_options(options: dict | None, allowed: tuple[str, ...], hint: str = "") -> dict:

@@ -22,7 +22,7 @@ from .infos import object_column
 from .presets import Preset, load_preset
 from .rendering import can_render
 from .rewards import REWARDS, checked_reward, checked_reward_fn
-from .spaces import action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
+from .spaces import action_hint, action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
 
 OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")
 # The dimensions of one env's value of each reset input (which inputs a task takes: model/tasks.py).
@@ -360,7 +360,8 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
         return self._was_reset
 
     def _checked_actions(self, actions):
-        return checked_action(actions, self.single_action_space, (self.num_envs,), device=self.device)
+        return checked_action(actions, self.single_action_space, (self.num_envs,), device=self.device,
+                              bounds_hint=action_hint(self.preset))
 
     def _rng_continuation(self) -> np.random.Generator:
         return self._rng_copy()

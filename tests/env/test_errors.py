@@ -27,7 +27,8 @@ def env(make_env):
 
 @pytest.mark.parametrize("action,match", [
     (np.zeros(3, dtype=np.float32), r"shape \(3,\)"),
-    (4.0, r"action has shape \(\); expected \(2,\)"),  # a bare number: its own shape, not numpy's 1-d copy
+    # a bare number: its own shape, not numpy's 1-d copy; the message says what the entries are
+    (4.0, r"action has shape \(\); expected \(2,\) \(guidance_scale, noise_level\)$"),
     (np.array(["a", "b"]), "dtype"),
     (np.array([np.nan, 0.5], dtype=np.float32), "NaN"),
     (np.array([6.0, 1.5], dtype=np.float32), "outside the action space bounds"),
@@ -43,7 +44,7 @@ def test_bad_noise_action(make_env):
     env = make_env(num_steps=3, action_mode="noise")
     env.reset(seed=0)
     shape = env.observation_space["latent"].shape
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match=r"expected \(\d+(, \d+)*\) \(the step's noise: one standard normal draw"):
         env.step(np.zeros(shape[1:], dtype=np.float32))
     bad = np.zeros(shape, dtype=np.float32)
     bad[0, 0, 0, 0] = np.inf
@@ -51,6 +52,19 @@ def test_bad_noise_action(make_env):
                                          r"action\[0, 0, 0, 0\] = inf\); every entry must be finite"):
         env.step(bad)
     env.step(env.action_space.sample())
+
+
+def test_one_envs_action_given_to_a_vector_env(tiny_model):
+    venv = gym.make_vec("Cosmos3Rollout-v0", num_envs=4, vectorization_mode="vector_entry_point", num_steps=3,
+                        model=tiny_model)
+    venv.reset(seed=0)
+    one = venv.unwrapped.default_action
+    with pytest.raises(ValueError, match=r"has shape \(2,\); expected \(4, 2\) \(guidance_scale, noise_level\); "
+                                         r"that is one env's action, and these 4 envs take one each, stacked"):
+        venv.step(one)
+    _, _, _, _, infos = venv.step(np.stack([one] * 4))  # still usable
+    assert np.isfinite(infos["log_prob"]).all()
+    venv.close()
 
 
 def test_unknown_option_and_bad_prompts(env):
