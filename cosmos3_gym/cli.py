@@ -212,6 +212,10 @@ def check(args) -> int:
             print(f"{env_id:<34} {mode or '-':<8} {checker:<10} {status}")
         for message in _plain_warnings(caught):  # on stderr: stdout keeps one line per check
             print(f"{env_id:<34} {mode or '-':<8} warning    {message}", file=sys.stderr)
+    checks = 2 * len(cases)
+    print(f"{checks} checks ({len(cases)} envs and action modes x Gymnasium, SB3): "
+          + (f"{failures} FAILED (above)" if failures else "none failed")
+          + "; the checkers' advice went to stderr")
     return 1 if failures else 0
 
 
@@ -374,6 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    def command(name: str, help: str, **kwargs) -> argparse.ArgumentParser:
+        """A subcommand whose own --help opens with its one-line summary (unless given a description)."""
+        kwargs.setdefault("description", help[0].upper() + help[1:] + ".")
+        return sub.add_parser(name, help=help, **kwargs)
+
     def common(p, device=True, threads=True, overwrite=True):
         p.add_argument("--env", default="Cosmos3Rollout-v0", choices=env_ids, metavar="ENV_ID", help=env_help)
         if device:
@@ -384,7 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--overwrite", action="store_true", help="replace existing output files "
                            "(default: refuse, before anything runs)")
 
-    p = sub.add_parser("demo", help="run one episode, print per-step log-probs, write the video")
+    p = command("demo", help="run one episode, print per-step log-probs, write the video",
+                description="Run one episode of a rollout preset (--env: Cosmos3Rollout-v0 and the other generation "
+                "presets), print per-step log-probs, write the video. The world envs (Cosmos3World-v0, "
+                "Cosmos3PushT-v0) are not demo targets: the README's world section and examples/ run them.")
     common(p)
     p.add_argument("--seed", type=int, default=0, help="the episode's seed (default: %(default)s)")
     p.add_argument("--prompt", type=_prompt, default=None, help="the prompt (default: one of the preset's)")
@@ -395,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trajectory", default=None, help="also save the trajectory here (.safetensors)")
     p.set_defaults(func=demo)
 
-    p = sub.add_parser("rollout", help="run episodes and save their trajectories")
+    p = command("rollout", help="run episodes and save their trajectories")
     common(p)
     p.add_argument("--episodes", type=_positive_int, default=4, help="episodes, >= 1 (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of episode 0; episode k uses seed + k "
@@ -404,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: %(default)s)")
     p.set_defaults(func=rollout)
 
-    p = sub.add_parser("check", help="run Gymnasium's and SB3's env checkers on every env id",
+    p = command("check", help="run Gymnasium's and SB3's env checkers on every env id",
                        description="Run Gymnasium's check_env and SB3's check_env on every registered env id: the "
                        "rollout presets in control and noise action modes (2 denoising steps each) and the world "
                        "envs; print one line per check and exit 1 if any failed, and on stderr each distinct warning "
@@ -415,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N", help=THREADS_HELP)
     p.set_defaults(func=check)
 
-    p = sub.add_parser("bench", help="samples/s of the vector env against diffusers' pipeline (GPU) or "
+    p = command("bench", help="samples/s of the vector env against diffusers' pipeline (GPU) or "
                        "SyncVectorEnv (--cpu)")
     p.add_argument("--cpu", action="store_true", help="on the CPU: the embedded model against SyncVectorEnv (with "
                    "--mode world: the world bench)")
@@ -444,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: %(default)s)")
     p.set_defaults(func=bench)
 
-    p = sub.add_parser("evaluate", help="colour and direction accuracy of generated videos for the world's "
+    p = command("evaluate", help="colour and direction accuracy of generated videos for the world's "
                        "captions, read back with its detector")
     common(p)
     p.add_argument("--samples", type=_positive_int, default=128, help="generated videos (default: %(default)s)")
@@ -460,7 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "preset's, the embedded model)")
     p.set_defaults(func=evaluate)
 
-    p = sub.add_parser("world-eval", add_help=False, help="score Cosmos3World-v0 against ProceduralWorld-v0 "
+    p = command("world-eval", add_help=False, help="score Cosmos3World-v0 against ProceduralWorld-v0 "
                        "(action sensitivity, policy ranking, exploit rate); `world-eval --help` lists its flags",
                        description="How far can the dream be trusted? See `cosmos3-gym world-eval --help`.")
     p.set_defaults(func=world_eval)  # main() hands the flags to cosmos3_gym.world_eval's own parser

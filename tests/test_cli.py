@@ -276,11 +276,23 @@ def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_f
     monkeypatch.setattr(cosmos3_gym, "WORLD_ENV_IDS", ["ProceduralWorld-v0", "Cosmos3World-v0"])
     assert cli.main(["check"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 8  # (2 modes + 2 worlds) x 2 checkers
+    assert len(lines) == 9  # (2 modes + 2 worlds) x 2 checkers, then the count
+    assert lines[-1].startswith("8 checks (4 envs and action modes x Gymnasium, SB3): none failed")
     for world in ("ProceduralWorld-v0", "Cosmos3World-v0"):
         assert [line.split()[-1] for line in lines if line.startswith(world)] == ["ok", "ok"]
     noise_sb3 = [line for line in lines if " noise " in line and " sb3 " in line]
     assert len(noise_sb3) == 1 and "take no Dict action space" in noise_sb3[0] and not noise_sb3[0].endswith(" ok")
+
+
+def test_check_counts_its_failures(monkeypatch, capsys, keep_threads):
+    import cosmos3_gym
+
+    monkeypatch.setattr(cosmos3_gym, "ENV_IDS", ["NoSuchEnv-v0"])
+    monkeypatch.setattr(cosmos3_gym, "WORLD_ENV_IDS", [])
+    assert cli.main(["check"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert sum("FAILED: " in line for line in lines) == 4
+    assert lines[-1].startswith("4 checks (2 envs and action modes x Gymnasium, SB3): 4 FAILED (above)")
 
 
 def test_world_eval_takes_its_own_flags(capsys, keep_threads):
