@@ -23,6 +23,7 @@ and the figure's bars show the mean return (successes from gym-pusht's random st
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from dataclasses import asdict, dataclass, fields
@@ -45,6 +46,7 @@ class WorldEvalArgs:
     num_steps: str = "8,4"  # denoising steps per imagined chunk, comma-separated (8: the envs' default)
     guidance: float = 0.0  # classifier-free guidance scale of the imagined world (0: the env's default, Cosmos3World-v0's 1 and Cosmos3PushT-v0's 4; 1: none, half the rows)
     noise_levels: str = ""  # the greedy policies' command noise, comma-separated ("": 0,1,2,4,8; pusht: 0,20,40)
+    sde_noise: str = ""  # the imagined world's SDE noise level in [0, 1] ("": the env's, 0.7; 0: deterministic)
     horizon: int = 8  # pusht: chunks of 8 gym-pusht actions per episode (gym-pusht's own 300 steps are 38)
     clone_clips: int = 400  # pusht: scripted pushes (gym-pusht) the nearest-neighbour clone policy learns from
     goal: str = ""  # "" a random corner per episode (the scripted policies read it from the prompt), or e.g. "top left"
@@ -79,7 +81,7 @@ class WorldEvalArgs:
             raise ValueError(f"--num-steps {self.num_steps}: use integers >= 1")
         if min(self.noise_list) < 0 or len(set(self.noise_list)) < len(self.noise_list):
             raise ValueError(f"--noise-levels {self.noise_levels}: use distinct values >= 0")
-        guidance_override(self)
+        self.sampler = {**guidance_override(self), **self._sde_noise_override()}  # refused before anything loads
         import torch
 
         from .model.model import check_checkpoint
@@ -89,13 +91,26 @@ class WorldEvalArgs:
             check_checkpoint(self.checkpoint)
 
 
+    def _sde_noise_override(self) -> dict:
+        if not self.sde_noise:
+            return {}
+        try:
+            level = float(self.sde_noise)
+        except ValueError:
+            level = math.nan
+        if not 0.0 <= level <= 1.0:  # also refuses nan
+            raise ValueError(f"--sde-noise {self.sde_noise}: use a noise level in [0, 1] (0: deterministic "
+                             "sampling), or leave it out for the env's 0.7")
+        return {"noise_level": level}
+
+
 def _worlds(args: WorldEvalArgs) -> tuple:
     """The model, the truth, the policies, ``make_dream(num_steps)``, the harness's keyword arguments,
     the figure's metric and the two worlds' names, for ``args.world``."""
     from .model.model import Cosmos3Model
 
     goal = args.goal or None
-    guidance = guidance_override(args)
+    sampler = args.sampler  # the imagined env's guidance_scale and noise_level, where the flags set them
     if args.world == "pusht":
         from .world.pusht import PUSHT_CHECKPOINT
         from .world.pusht_data import generate
@@ -106,14 +121,14 @@ def _worlds(args: WorldEvalArgs) -> tuple:
         clips = generate(args.clone_clips, seed=args.seed + 1, mix={"push": 1.0}, progress=args.progress)
         policies = pusht_policies(noise_levels=args.noise_list, clips=clips)
         return (model, truth, policies, lambda n: gym.make("Cosmos3PushT-v0", num_steps=n, horizon=args.horizon,
-                                                           model=model, **guidance),
+                                                           model=model, **sampler),
                 pusht_harness_kwargs(), "return", ("Cosmos3PushT-v0", "PushT-Twin-v0 (gym-pusht)"))
     model = (Cosmos3Model.from_pretrained(args.checkpoint, device=args.device) if args.checkpoint
              else Cosmos3Model.embedded(device=args.device))
     truth = gym.make("ProceduralWorld-v0", goal=goal)
     policies = scripted_policies(chunk=truth.action_space.shape[0], noise_levels=args.noise_list)
     return (model, truth, policies, lambda n: gym.make("Cosmos3World-v0", num_steps=n, goal=goal, model=model,
-                                                       disagreement=args.disagreement, **guidance),
+                                                       disagreement=args.disagreement, **sampler),
             {}, "success", ("Cosmos3World-v0", "ProceduralWorld-v0"))
 
 
@@ -133,7 +148,8 @@ def main(argv=None) -> dict:
     goal_flag = f" --goal {args.goal!r}" if args.goal else ""
     pusht_flags = f" --world pusht --horizon {args.horizon} --clone-clips {args.clone_clips}" \
         if args.world == "pusht" else ""
-    guidance_flag = f" --guidance {args.guidance:g}" if args.guidance else ""
+    guidance_flag = (f" --guidance {args.guidance:g}" if args.guidance else "") + \
+        (f" --sde-noise {args.sde_noise}" if args.sde_noise else "")
     header = (f"# cosmos3-gym world-eval{pusht_flags} --episodes {args.episodes} --num-steps {args.num_steps}"
               f"{guidance_flag} --noise-levels {args.noise_levels} --seed {args.seed}{goal_flag}"
               + (f" --checkpoint {args.checkpoint}" if args.checkpoint else "")
