@@ -127,10 +127,13 @@ class ConditionEncoding:
         into the tier's canvas as ``Cosmos3OmniPipeline`` pads the ``num_frames`` frames of an action
         request, its first ``given`` frames (default: all) encoded in one VAE call and the latent
         cropped back to the content (the envs' conditions one clip at a time, the trainer's clips in
-        batches: batching changes the encode's rounding, not its math)."""
-        canvas, content = self.action_canvases(clips, resolution_tier, num_frames)
+        batches: batching changes the encode's rounding, not its math). Only the ``given`` frames' canvases
+        are built: the pipeline pads each frame on its own and repeats the last one to ``num_frames``,
+        so a frame's canvas does not depend on the frames after it (and the world envs' first-frame
+        canvases cost a seventeenth of the whole clip's)."""
+        canvas, content = self.action_canvases(clips, resolution_tier, min(given or num_frames, num_frames))
         with self.exclusive("encode_action_clips"):
-            latent = private.encode_video(self.pipeline, canvas[:, :, :given]).float()
+            latent = private.encode_video(self.pipeline, canvas).float()
         return private.crop_action_latent(self.pipeline, latent, content)
 
     def action_canvases(self, clips, resolution_tier: int, num_frames: int) -> tuple[torch.Tensor, torch.Tensor]:
