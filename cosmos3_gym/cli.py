@@ -182,7 +182,7 @@ def check(args) -> int:
              for mode in ("control", "noise")]
     cases += [(env_id, {"num_steps": 2} if env_id.startswith("Cosmos3") else {}, "") for env_id in
               cosmos3_gym.WORLD_ENV_IDS]
-    failures = 0
+    failures = refused = advice = 0
     for env_id, kwargs, mode in cases:
         caught: list[warnings.WarningMessage] = []
         for checker in ("gymnasium", "sb3"):
@@ -204,6 +204,7 @@ def check(args) -> int:
                               "multi-stream env is for custom trainers)")
             except Exception as error:  # report every failure, then exit non-zero
                 if checker == "sb3" and mode == "noise" and SB3_UNBOUNDED in str(error):
+                    refused += 1
                     status = f"refused by SB3, as designed (noise mode is for custom trainers): {error}"
                 else:
                     failures += 1
@@ -211,11 +212,12 @@ def check(args) -> int:
                 caught += recorded
             print(f"{env_id:<34} {mode or '-':<8} {checker:<10} {status}")
         for message in _plain_warnings(caught):  # on stderr: stdout keeps one line per check
+            advice += 1
             print(f"{env_id:<34} {mode or '-':<8} warning    {message}", file=sys.stderr)
-    checks = 2 * len(cases)
-    print(f"{checks} checks ({len(cases)} envs and action modes x Gymnasium, SB3): "
+    print(f"{2 * len(cases)} checks ({len(cases)} envs and action modes x Gymnasium, SB3): "
           + (f"{failures} FAILED (above)" if failures else "none failed")
-          + "; the checkers' advice went to stderr")
+          + (f", {refused} refused by SB3 as designed (noise mode)" if refused else "")
+          + (f"; {advice} lines of the checkers' advice on stderr" if advice else ""))
     return 1 if failures else 0
 
 

@@ -278,6 +278,7 @@ def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_f
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 9  # (2 modes + 2 worlds) x 2 checkers, then the count
     assert lines[-1].startswith("8 checks (4 envs and action modes x Gymnasium, SB3): none failed")
+    assert sum(line.endswith(" ok") for line in lines) == 7  # SB3's pass of the Dict space is the eighth
     for world in ("ProceduralWorld-v0", "Cosmos3World-v0"):
         assert [line.split()[-1] for line in lines if line.startswith(world)] == ["ok", "ok"]
     noise_sb3 = [line for line in lines if " noise " in line and " sb3 " in line]
@@ -302,7 +303,12 @@ def test_check_counts_its_failures(monkeypatch, capsys, keep_threads):
     assert cli.main(["check"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert sum("FAILED: " in line for line in lines) == 4
-    assert lines[-1].startswith("4 checks (2 envs and action modes x Gymnasium, SB3): 4 FAILED (above)")
+    assert lines[-1] == "4 checks (2 envs and action modes x Gymnasium, SB3): 4 FAILED (above)"  # no advice
+    monkeypatch.setattr(cosmos3_gym, "ENV_IDS", ["Cosmos3Rollout-v0"])  # SB3 refuses its noise mode, by design
+    assert cli.main(["check"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("4 checks (2 envs and action modes x Gymnasium, SB3): none failed, 1 refused by SB3 "
+                           "as designed (noise mode); ") and last.endswith(" lines of the checkers' advice on stderr")
 
 
 def test_world_eval_takes_its_own_flags(capsys, keep_threads):

@@ -19,7 +19,7 @@ from gymnasium.vector.utils import batch_space
 from ..model.interrupts import installing
 from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds
 from .presets import Preset, load_preset
-from .spaces import checked_options
+from .spaces import action_hint, checked_action, checked_options
 
 
 ITEM_NDIM = {"image": 3, "video": 4, "actions": 2}  # one option item's dimensions (for every env)
@@ -293,14 +293,18 @@ class Cosmos3RayVectorEnv(VectorEnv):
 
     def step(self, actions):
         if isinstance(actions, torch.Tensor):
-            actions = actions.cpu().numpy()
-        actions = np.asarray(actions, dtype=np.float32)
-        if actions.shape != (self.num_envs, *self.single_action_space.shape):
-            raise ValueError(f"actions have shape {actions.shape}; expected "
-                             f"{(self.num_envs, *self.single_action_space.shape)}")
+            actions = actions.cpu()
+        # checked here, with the in-process env's messages, before any worker is called
+        checked = checked_action(actions, self.single_action_space, (self.num_envs,),
+                                 bounds_hint=action_hint(self.preset))
+        actions = {k: v.numpy() for k, v in checked.items()} if isinstance(checked, dict) else checked.numpy()
+
+        def rows(s):  # worker s's envs' actions
+            return ({k: v[s[0]:s[-1] + 1] for k, v in actions.items()} if isinstance(actions, dict)
+                    else actions[s[0]:s[-1] + 1])
+
         with installing("step"):  # held from the workers' call to the return (see _transact)
-            results = self._transact("step", {w: ("step", (actions[s[0]:s[-1] + 1],), {})
-                                              for w, s in enumerate(self._slices)})
+            results = self._transact("step", {w: ("step", (rows(s),), {}) for w, s in enumerate(self._slices)})
             obs = {key: np.concatenate([r[0][key] for r in results]) for key in results[0][0]}
             rewards, terminated, truncated = (np.concatenate([r[k] for r in results]) for k in (1, 2, 3))
             return obs, rewards, terminated, truncated, self._merge_infos([r[4] for r in results])

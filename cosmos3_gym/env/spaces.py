@@ -93,19 +93,26 @@ def finite_float32(values, name: str, device="cpu") -> torch.Tensor:
 
 
 def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple = (), device="cpu",
-                   bounds_hint: str = CONTROL_HINT):
+                   bounds_hint: str = CONTROL_HINT, name: str = "action"):
     """The action as a float32 tensor of shape ``batch_shape + space.shape`` on ``device`` (for a
     ``Dict`` space: a dict of them, one per key).
 
     Accepts numpy arrays, torch tensors and nested lists; raises ``ValueError`` saying what is wrong
     (``bounds_hint``: ``"(what the entries mean); how to fix an out-of-bounds one"``; a wrong shape's
-    message names the meaning too).
+    message names the meaning too; ``name``: what the messages call the action, a Dict's entries
+    ``action['key']``).
     """
     if isinstance(space, spaces.Dict):
         if not isinstance(action, dict) or set(action) != set(space.spaces):
             got = sorted(action) if isinstance(action, dict) else type(action).__name__
             raise ValueError(f"action is {got}; expected a dict with keys {sorted(space.spaces)} (one noise per stream)")
-        return {key: checked_action(action[key], box, batch_shape, device, bounds_hint)
+        if batch_shape and all(_shape(action[key]) == box.shape for key, box in space.spaces.items()):
+            n = batch_shape[0]
+            shapes = ", ".join(f"{key!r}: {box.shape}" for key, box in space.spaces.items())
+            raise ValueError(f"action holds one env's noise per stream ({shapes}); these {n} envs take one "
+                             f"each, stacked per stream: e.g. {{key: np.stack([noise] * {n}) for key, noise in "
+                             f"action.items()}}")
+        return {key: checked_action(action[key], box, batch_shape, device, bounds_hint, f"action[{key!r}]")
                 for key, box in space.spaces.items()}
     expected = batch_shape + space.shape
     tensor = action if isinstance(action, torch.Tensor) else None
@@ -113,43 +120,52 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
         try:
             array = np.asarray(action)
         except ValueError:  # ragged nested lists
-            raise ValueError(f"action is a ragged nested sequence; expected an array of shape {expected}") from None
+            raise ValueError(f"{name} is a ragged nested sequence; expected an array of shape {expected}") from None
         if array.dtype.kind not in "fiu":
-            raise ValueError(f"action has dtype {array.dtype}; expected real numbers (float32) of shape {expected}")
+            raise ValueError(f"{name} has dtype {array.dtype}; expected real numbers (float32) of shape {expected}")
         if array.shape != expected:  # here: np.ascontiguousarray makes a 0-d array (a bare number) 1-d
-            raise _shape_error(array.shape, space.shape, batch_shape, bounds_hint)
+            raise _shape_error(name, array.shape, space.shape, batch_shape, bounds_hint)
         tensor = torch.from_numpy(np.ascontiguousarray(array))
     elif tensor.dtype.is_complex or tensor.dtype == torch.bool:
-        raise ValueError(f"action has dtype {tensor.dtype}; expected real numbers (float32) of shape {expected}")
+        raise ValueError(f"{name} has dtype {tensor.dtype}; expected real numbers (float32) of shape {expected}")
     elif tensor.is_meta or tensor.layout != torch.strided:
-        raise ValueError(f"action is a {'meta' if tensor.is_meta else str(tensor.layout)} tensor; expected a dense "
+        raise ValueError(f"{name} is a {'meta' if tensor.is_meta else str(tensor.layout)} tensor; expected a dense "
                          f"tensor with data, of shape {expected}")
     if tuple(tensor.shape) != expected:
-        raise _shape_error(tuple(tensor.shape), space.shape, batch_shape, bounds_hint)
+        raise _shape_error(name, tuple(tensor.shape), space.shape, batch_shape, bounds_hint)
     exact = tensor.to(device=device, dtype=torch.float64)  # bounds are checked before rounding to float32
-    tensor = finite_float32(tensor, "action", device)
+    tensor = finite_float32(tensor, name, device)
     if np.isfinite(space.low).all() and np.isfinite(space.high).all():
-        low = torch.as_tensor(space.low, device=device, dtype=torch.float64)
-        high = torch.as_tensor(space.high, device=device, dtype=torch.float64)
+        # copies: a space that came through pickling (a Ray worker's) holds read-only arrays
+        low = torch.tensor(space.low, device=device, dtype=torch.float64)
+        high = torch.tensor(space.high, device=device, dtype=torch.float64)
         outside = (exact < low) | (exact > high)
         if bool(outside.any()):
             first = tuple(outside.nonzero()[0].tolist())
             shown = tensor.tolist() if tensor.numel() <= 8 else (
-                f"array ({int(outside.sum())} entries outside; the first, action{list(first)} = {float(exact[first]):g})")
+                f"array ({int(outside.sum())} entries outside; the first, {name}{list(first)} = {float(exact[first]):g})")
             uniform = space.low.min() == space.low.max() and space.high.min() == space.high.max()
             bounds = (f"[{space.low.min():g}, {space.high.max():g}] (every entry)" if uniform
                       else f"low={space.low.tolist()}, high={space.high.tolist()}")
-            raise ValueError(f"action {shown} lies outside the action space bounds {bounds} {bounds_hint}")
+            raise ValueError(f"{name} {shown} lies outside the action space bounds {bounds} {bounds_hint}")
     return tensor
 
 
-def _shape_error(shape: tuple, space_shape: tuple, batch_shape: tuple, bounds_hint: str) -> ValueError:
+def _shape(value) -> tuple:
+    return tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+
+
+def _shape_error(name: str, shape: tuple, space_shape: tuple, batch_shape: tuple, bounds_hint: str) -> ValueError:
     """What a wrong action shape means: the entries' meaning, and for a vector env given one env's
     action, how to give one per env."""
     meaning = bounds_hint.split(";")[0]
-    stack = (f"; that is one env's action, and these {batch_shape[0]} envs take one each, stacked: e.g. "
-             f"np.stack([action] * {batch_shape[0]})" if batch_shape and shape == space_shape else "")
-    return ValueError(f"action has shape {shape}; expected {batch_shape + space_shape} {meaning}{stack}")
+    stack = ""
+    if batch_shape and shape == space_shape:
+        n = batch_shape[0]
+        stack = (f"; that is one env's action: add the env axis, e.g. action[None]" if n == 1 else
+                 f"; that is one env's action, and these {n} envs take one each, stacked: e.g. "
+                 f"np.stack([action] * {n})")
+    return ValueError(f"{name} has shape {shape}; expected {batch_shape + space_shape} {meaning}{stack}")
 
 
 def checked_options(options: dict | None, allowed: tuple[str, ...], hint: str = "") -> dict:

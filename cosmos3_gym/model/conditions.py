@@ -129,8 +129,12 @@ class ConditionEncoding:
         cropped back to the content (the envs' conditions one clip at a time, the trainer's clips in
         batches: batching changes the encode's rounding, not its math). Only the ``given`` frames' canvases
         are built: the pipeline pads each frame on its own and repeats the last one to ``num_frames``,
-        so a frame's canvas does not depend on the frames after it (and the world envs' first-frame
-        canvases cost a seventeenth of the whole clip's)."""
+        so a frame's canvas does not depend on the frames after it, and the world envs' one-frame
+        canvases cost ``1 / num_frames`` of the whole clip's. The latents are those of the whole clip's
+        canvas bit for bit for one-frame clips and for ``given=None`` (every caller here); a longer clip
+        encoded in part can round differently (about 1e-6: the VAE reads a shorter tensor)."""
+        if given is not None and given < 1:
+            raise ValueError(f"given={given}: encode at least one frame (None: all {num_frames})")
         canvas, content = self.action_canvases(clips, resolution_tier, min(given or num_frames, num_frames))
         with self.exclusive("encode_action_clips"):
             latent = private.encode_video(self.pipeline, canvas).float()

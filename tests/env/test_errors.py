@@ -309,3 +309,33 @@ def test_a_misspelled_keyword_gets_a_suggestion_and_the_env_arguments(keyword, s
     with pytest.raises(TypeError) as err:
         gym.make("Cosmos3Rollout-v0", num_steps=2, zzz=1)
     assert "did you mean" not in str(err.value)  # nothing close: no guess
+
+
+def test_multi_stream_noise_errors_name_the_stream_and_how_to_stack(tiny_model):
+    venv = gym.make_vec("Cosmos3RolloutAV-v0", num_envs=2, vectorization_mode="vector_entry_point", num_steps=2,
+                        action_mode="noise", model=tiny_model)
+    venv.reset(seed=0)
+    one = {key: np.zeros(box.shape, np.float32) for key, box in venv.single_action_space.spaces.items()}
+    with pytest.raises(ValueError, match=r"action holds one env's noise per stream \('latent': \(.*\), "
+                                         r"'sound_latent': \(.*\)\); these 2 envs take one each, stacked per stream"):
+        venv.step(one)
+    stacked = {key: np.stack([noise] * 2) for key, noise in one.items()}  # the message's recipe
+    bad = dict(stacked, sound_latent=stacked["sound_latent"][:, :1])
+    with pytest.raises(ValueError, match=r"action\['sound_latent'\] has shape \(2, 1, \d+\); expected \(2, \d+, \d+\) "
+                                         r"\(the step's noise"):
+        venv.step(bad)
+    _, _, _, _, infos = venv.step(stacked)
+    assert np.isfinite(infos["log_prob"]).all()
+    venv.close()
+
+
+def test_world_env_shape_errors_say_what_a_command_is(tiny_model):
+    from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
+
+    venv = Cosmos3WorldVectorEnv(1, model=tiny_model)
+    venv.reset(seed=0)
+    with pytest.raises(ValueError, match=r"action has shape \(8, 2\); expected \(1, 8, 2\) \(a velocity command "
+                                         r"\(dx, dy\) per frame\); that is one env's action: add the env axis"):
+        venv.step(np.zeros((8, 2), np.float32))
+    venv.step(np.zeros((1, 8, 2), np.float32))
+    venv.close()

@@ -60,13 +60,17 @@ def test_workers_equal_the_in_process_env_bit_for_bit(local_ray):
 @pytest.mark.slow
 def test_a_call_failing_on_one_worker_changes_no_worker(local_ray):
     """Worker 1 refuses its part of a reset (env 3's prompt is not a str) after worker 0 has done
-    its part: worker 0 is undone, and the episode goes on exactly as if the call never happened."""
+    its part: worker 0 is undone, and the episode goes on exactly as if the call never happened (as
+    after a step whose actions the driver refuses)."""
     def run(venv, interrupt):
         venv.reset(seed=11)
         actions = np.tile(venv.default_action, (4, 1))
         venv.step(actions)
         if interrupt:
             before = venv.episode_attribute("seed"), venv.episode_attribute("step")
+            with pytest.raises(ValueError, match=r"action has shape \(2,\); expected \(4, 2\) \(guidance_scale, "
+                                                 r"noise_level\); that is one env's action"):
+                venv.step(venv.default_action)  # refused before any worker is called
             with pytest.raises(ValueError, match="prompt must be a str, got int"):
                 venv.reset(seed=5, options={"prompt": ["a red ball", "a blue ball", "a green ball", 3]})
             assert (venv.episode_attribute("seed"), venv.episode_attribute("step")) == before

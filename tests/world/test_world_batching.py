@@ -47,6 +47,23 @@ def test_one_encode_for_many_frames_is_each_frames_own_encode(tiny_model):
         tiny_model.encode_action_conditions(Task.FORWARD_DYNAMICS, CHUNK, TIER, frames, actions[:3])
 
 
+def test_the_first_frames_canvas_alone_encodes_as_the_whole_clips(tiny_model):
+    """The world envs build only the encoded first frame's canvas: the same latent bit for bit as the
+    pipeline's canvas of all ``CHUNK + 1`` frames (the last frame repeated), first frame taken."""
+    from cosmos3_gym.model import diffusers_private as private
+
+    frames, _ = random_requests(4, seed=1)
+    clips = [[frame] for frame in frames]
+    whole, content = tiny_model.action_canvases(clips, TIER, CHUNK + 1)
+    assert whole.shape[2] == CHUNK + 1
+    expected = private.crop_action_latent(tiny_model.pipeline,
+                                          private.encode_video(tiny_model.pipeline, whole[:, :, :1]).float(), content)
+    latent = tiny_model.encode_action_clips(clips, TIER, CHUNK + 1, given=1)
+    torch.testing.assert_close(latent, expected, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="given=0: encode at least one frame"):
+        tiny_model.encode_action_clips(clips, TIER, CHUNK + 1, given=0)
+
+
 def test_a_batched_step_is_each_envs_single_run(tiny_model):
     """Four envs stepped together against each env run alone (seed ``s + i``, its actions), and each
     imagined chunk against its own decode of its trajectory's last latent. One step: from the second on,
