@@ -90,8 +90,8 @@ class WorldEvalArgs:
         if self.checkpoint:
             check_checkpoint(self.checkpoint)
 
-
     def _sde_noise_override(self) -> dict:
+        """``--sde-noise`` as the imagined env's keyword arguments ("": the env's own noise level)."""
         if not self.sde_noise:
             return {}
         try:

@@ -152,6 +152,7 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
 
 
 def _shape(value) -> tuple:
+    """The shape of an array, a tensor or a nested list."""
     return tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
 
 

@@ -22,7 +22,8 @@ from .infos import object_column
 from .presets import Preset, load_preset
 from .rendering import can_render
 from .rewards import REWARDS, checked_reward, checked_reward_fn
-from .spaces import action_hint, action_space, build_engine, checked_action, checked_options, finite_float32, observation_space
+from .spaces import (action_hint, action_space, build_engine, checked_action, checked_options, finite_float32,
+                     observation_space)
 
 OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")
 # The dimensions of one env's value of each reset input (which inputs a task takes: model/tasks.py).
