@@ -264,8 +264,8 @@ def evaluate(args) -> int:
 
     action = preset_tables()[args.env].get("conditioning") in ROBOT_TASKS
     measure = action_accuracy if action else adherence
-    sampler = {name: value for name, value in (("noise_level", args.noise_level),
-                                               ("guidance_scale", args.guidance_scale)) if value is not None}
+    flags = (("noise_level", args.noise_level), ("guidance_scale", args.guidance_scale), ("num_steps", args.steps))
+    sampler = {name: value for name, value in flags if value is not None}
     checkpoint = {} if args.checkpoint is None else {"checkpoint": args.checkpoint}
     result = measure(args.env, args.samples, args.seed, device=args.device, **checkpoint, **sampler)
     text = report(result)
@@ -469,6 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "deterministically (default: the preset's, 0.7)")
     p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance in [1, 10]; 1 runs "
                    "no unconditional pass (default: the preset's, 4)")
+    p.add_argument("--steps", type=_positive_int, default=None, help="denoising steps, >= 1 (default: the preset's "
+                   "num_steps)")
     p.add_argument("--checkpoint", default=None, metavar="DIR", help="score these weights: a local diffusers-layout "
                    "Cosmos 3 checkpoint, such as the --out of python -m cosmos3_gym.train.world_model (default: the "
                    "preset's, the embedded model)")

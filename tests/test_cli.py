@@ -160,11 +160,11 @@ def test_evaluate_passes_the_sampler_flags_to_the_envs(tmp_path, capsys, keep_th
     from cosmos3_gym.evaluate import adherence, report
 
     argv = ["evaluate", "--env", "Cosmos3RolloutT2I-v0", "--device", "cpu", "--samples", "8",
-            "--noise-level", "0", "--guidance-scale", "1", "--out", str(tmp_path / "report.txt")]
+            "--noise-level", "0", "--guidance-scale", "1", "--steps", "4", "--out", str(tmp_path / "report.txt")]
     assert cli.main(argv) == 0
-    direct = adherence("Cosmos3RolloutT2I-v0", 8, device="cpu", noise_level=0.0, guidance_scale=1.0)
+    direct = adherence("Cosmos3RolloutT2I-v0", 8, device="cpu", noise_level=0.0, guidance_scale=1.0, num_steps=4)
     assert (tmp_path / "report.txt").read_text() == report(direct) + "\n"
-    assert "'noise_level': 0.0, 'guidance_scale': 1.0" in capsys.readouterr().out
+    assert "'noise_level': 0.0, 'guidance_scale': 1.0, 'num_steps': 4" in capsys.readouterr().out
     default = adherence("Cosmos3RolloutT2I-v0", 8, device="cpu")
     assert default["rows"] != direct["rows"]  # the flags change the samples
 
