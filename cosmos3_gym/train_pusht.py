@@ -330,13 +330,6 @@ def pusht_pool(model, clips: Clips, resolution_tier: int, device, latent_foregro
     return ActionPool([PROMPT] * len(clips), latents, commands, weights)
 
 
-def pool_subset(pool: ActionPool, keep: np.ndarray) -> ActionPool:
-    index = np.flatnonzero(keep)
-    on_device = torch.from_numpy(index).to(pool.latents.device)
-    weights = pool.weights[on_device] if pool.weights is not None else None
-    return ActionPool([pool.prompts[i] for i in index], pool.latents[on_device], pool.commands[on_device], weights)
-
-
 @torch.no_grad()
 def fixed_batch(model, pool: ActionPool, args: PushTTrainArgs) -> tuple:
     """One forward-dynamics batch of ``pool`` (the env's prompt, no unconditional rows, clean conditions,
@@ -418,10 +411,10 @@ def main(argv=None) -> int:
     if args.steps:
         # 4. the clips encoded once, as the env encodes its conditions
         everything = pusht_pool(model, clips, args.resolution_tier, args.device, args.latent_foreground_weight)
-        pools = {"dynamics": pool_subset(everything, ~held)}
+        pools = {"dynamics": everything.take(np.flatnonzero(~held))}
         if expert.any():
-            pools["expert"] = pool_subset(pools["dynamics"], expert)
-        held_out = pool_subset(everything, held) if held.any() else None
+            pools["expert"] = pools["dynamics"].take(np.flatnonzero(expert))
+        held_out = everything.take(np.flatnonzero(held)) if held.any() else None
         # 5. the transformer: flow matching on forward dynamics, inverse dynamics and the policy
         train_transformer(model, pools, held_out, args, log, deadline)
     # 6. the checkpoint, its record and its curve

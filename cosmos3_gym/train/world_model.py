@@ -304,6 +304,12 @@ class ActionPool:
             commands.append(torch.from_numpy(moves))
         return cls(prompts, torch.cat(latents), torch.cat(commands).to(device))
 
+    def take(self, index: np.ndarray) -> "ActionPool":
+        """The chunks at ``index`` (host integers; repeats allowed), every field alike."""
+        on_device = to_device(torch.from_numpy(index), self.latents.device)
+        return ActionPool([self.prompts[i] for i in index], self.latents[on_device], self.commands[on_device],
+                          None if self.weights is None else self.weights[on_device])
+
 
 @torch.no_grad()
 def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng: np.random.Generator,
@@ -318,11 +324,8 @@ def training_batch(model: Cosmos3Model, task: str, args: TrainArgs, scenes, rng:
     action = task in ROBOT_TASKS
     if action:
         pool = pools["expert" if task == Task.POLICY else "dynamics"]
-        index = rng.integers(0, len(pool.prompts), args.batch)
-        on_device = to_device(torch.from_numpy(index), pool.latents.device)
-        video, commands = pool.latents[on_device], pool.commands[on_device]
-        weights = pool.weights[on_device] if pool.weights is not None else None
-        prompts = [pool.prompts[i] for i in index]
+        drawn = pool.take(rng.integers(0, len(pool.prompts), args.batch))
+        video, commands, weights, prompts = drawn.latents, drawn.commands, drawn.weights, drawn.prompts
         num_frames = NUM_FRAMES
     else:
         frames, captions, image_captions = scenes
