@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from cosmos3_gym.bench import random_model
+from cosmos3_gym.model import conditions
 from cosmos3_gym.model.model import Cosmos3Model
 from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
 
@@ -20,7 +21,7 @@ parser.add_argument("--num-envs", type=int, default=16)
 parser.add_argument("--model", choices=["edge", "tiny"], default="edge")
 args = parser.parse_args()
 cuda = torch.cuda.is_available()
-seconds, calls = defaultdict(float), defaultdict(int)
+seconds, calls, labels = defaultdict(float), defaultdict(int), []
 
 
 def synchronize():
@@ -31,6 +32,7 @@ def synchronize():
 def timed(owner, name, label):
     """Replace ``owner.name`` by itself timed, the device synchronised before and after."""
     inner = getattr(owner, name)
+    labels.append(label)
 
     def wrapper(*a, **k):
         synchronize()
@@ -56,9 +58,14 @@ actions = rng.uniform(-1, 1, (args.steps + 1, args.num_envs, settings["chunk"], 
 venv.reset(seed=0)
 venv.step(actions[0])  # warm-up: compiles
 timed(model, "encode_action_conditions", "VAE encode of the conditioning frames")
+# inside the encode (nested: not added to the phases' sum below)
+timed(model, "action_canvases", "  of which: canvases of the frames (pad, to the device)")
+timed(conditions.private, "encode_video", "  of which: the VAE's encoder")
+timed(model, "_action_condition", "  of which: per-env condition tensors")
 timed(venv.engine, "reset_slots", "engine.reset_slots (prompts, conditions, noise)")
 timed(venv.engine, "step", "engine.step: forward, CFG and SDE step, every denoising step")
 timed(venv.engine, "decode", "VAE decode of the chunks, uint8 to the host")
+timed(model.vae, "decode", "  of which: the VAE's decoder")
 timed(venv.engine, "trajectory", "engine.trajectory (latents, noises to the host)")
 timed(venv, "_score_chunk", "detector and reward per env")
 timed(venv, "step", "whole step")
@@ -68,8 +75,9 @@ device = torch.cuda.get_device_name() if cuda else "CPU"
 print(f"device {device}, torch {torch.__version__}, model {args.model}, {settings}, {args.num_envs} envs, "
       f"{args.steps} steps timed")
 total = seconds["whole step"]
-for label, value in sorted(seconds.items(), key=lambda item: -item[1]):
+for label in ["whole step"] + labels[:-1]:  # the phases in the order they were wrapped, nested ones under theirs
+    value = seconds[label]
     print(f"{label}: {value / args.steps * 1e3:.1f} ms per step ({calls[label] // args.steps} calls), "
           f"{value / total:.1%} of the step")
-accounted = sum(value for label, value in seconds.items() if label != "whole step")
+accounted = sum(value for label, value in seconds.items() if label != "whole step" and not label.startswith(" "))
 print(f"not in the phases above: {(total - accounted) / args.steps * 1e3:.1f} ms per step")

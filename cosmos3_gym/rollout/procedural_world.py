@@ -263,11 +263,11 @@ def task_reward(before: np.ndarray, frames: np.ndarray, goal: str) -> tuple[floa
     far = float(np.hypot(1.0, 1.0))
 
     def distance(frame):
-        found = detect(frame[None])
-        if found.color is None:
+        found = locate(frame)
+        if found is None:
             return far
         gx, gy = GOALS[goal]
-        return float(np.hypot(found.position[0] - gx, found.position[1] - gy))
+        return float(np.hypot(found[0] - gx, found[1] - gy))
 
     after = distance(frames[-1])
     success = after <= SUCCESS_RADIUS
@@ -286,7 +286,26 @@ class Detection:
 
 def _object_pixels(frame: np.ndarray) -> np.ndarray:
     """Pixels that stand out from the dark background."""
-    return frame.astype(np.float32).max(axis=-1) > 90.0
+    return frame.max(axis=-1) > 90
+
+
+def _centroid(mask: np.ndarray) -> tuple[float, float] | None:
+    """The object pixels' centre in pixels (None: fewer than two)."""
+    if mask.sum() < 2:
+        return None
+    ys, xs = np.nonzero(mask)
+    return xs.mean() + 0.5, ys.mean() + 0.5
+
+
+def locate(frame: np.ndarray) -> tuple[float, float] | None:
+    """The main object's centre in uint8 ``frame`` ``[H, W, 3]`` as fractions of width and height, or
+    None where :func:`detect` finds no object: its ``position`` without the colour vote, which costs
+    most of a large frame's detection and which a reward that needs the position alone would discard."""
+    found = _centroid(_object_pixels(frame))
+    if found is None:
+        return None
+    height, width = frame.shape[:2]
+    return found[0] / width, found[1] / height
 
 
 def _nearest_color(pixels: np.ndarray) -> np.ndarray:
@@ -301,12 +320,9 @@ def detect(frames: np.ndarray, min_motion: float = 2.0) -> Detection:
     centroids, votes = [], []
     for frame in frames:
         mask = _object_pixels(frame)
-        if mask.sum() < 2:
-            centroids.append(None)
-            continue
-        ys, xs = np.nonzero(mask)
-        centroids.append((xs.mean() + 0.5, ys.mean() + 0.5))
-        votes.append(_nearest_color(frame[mask].astype(np.float32)))
+        centroids.append(_centroid(mask))
+        if centroids[-1] is not None:
+            votes.append(_nearest_color(frame[mask].astype(np.float32)))
     found = [c for c in centroids if c is not None]
     if not found:
         return Detection(None, None, (0.0, 0.0), (0.5, 0.5), 0.0)

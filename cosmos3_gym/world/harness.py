@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..rollout.procedural_world import GOALS, MAX_SPEED, detect
+from ..rollout.procedural_world import GOALS, MAX_SPEED, locate
 
 Policy = Callable[[Any, dict, np.random.Generator], np.ndarray]
 ErrorFn = Callable[[Any, Any], float]
@@ -63,13 +63,13 @@ ActionSampler = Callable[[np.random.Generator, Any, int], np.ndarray]
 # --- errors between an imagined and a true observation ----------------------------------
 def object_centre(frame: np.ndarray) -> tuple[float, float] | None:
     """The colour-mass centre ``(x, y)`` in pixels of the main object of a uint8 ``[H, W, 3]``
-    frame (the procedural world's :func:`~cosmos3_gym.rollout.procedural_world.detect`, the
+    frame (the procedural world's :func:`~cosmos3_gym.rollout.procedural_world.locate`, the
     detector its reward reads), or None where it finds no object."""
-    found = detect(np.asarray(frame)[None])
-    if found.color is None:
+    found = locate(np.asarray(frame))
+    if found is None:
         return None
     height, width = frame.shape[:2]
-    return found.position[0] * width, found.position[1] * height
+    return found[0] * width, found[1] * height
 
 
 def object_lost(frame: np.ndarray) -> bool:

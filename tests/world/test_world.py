@@ -5,7 +5,7 @@ import pytest
 
 from cosmos3_gym.env.rewards import REWARDS
 from cosmos3_gym.rollout.procedural_world import (
-    ACTION_KINDS, COLORS, DIRECTIONS, GOALS, MAX_SPEED, action_chunks, chunk_commands, dataset, detect, goal_distance,
+    ACTION_KINDS, COLORS, DIRECTIONS, GOALS, MAX_SPEED, action_chunks, chunk_commands, dataset, detect, goal_distance, locate,
     parse_prompt, push, render, sample_scene, sample_task)
 
 
@@ -23,6 +23,29 @@ def test_detector_reads_back_every_rendered_scene():
     for video, scene in zip(videos, scenes):
         found = detect(video)
         assert found.color == scene.color and found.direction == scene.direction, scene.caption
+
+
+def test_locate_is_the_detectors_position_without_its_colour_vote():
+    """The reward's object centre (``locate``, one frame) is the centre ``detect`` reports for that
+    frame, and None exactly where ``detect`` finds no object; frames of every density, from none to
+    every pixel bright (a random-weight model's imaginings), and of a non-square size."""
+    rng = np.random.default_rng(0)
+    videos, _ = dataset(4, 20)
+    frames = list(videos[:, -1])
+    for density in (0.0, 1 / 2048, 0.01, 0.3, 1.0):
+        for shape in ((32, 32, 3), (48, 64, 3)):
+            bright = rng.random(shape[:2]) < density
+            frames.append(np.where(bright[..., None], rng.integers(91, 256, shape), rng.integers(0, 91, shape))
+                          .astype(np.uint8))
+    missing = 0
+    for frame in frames:
+        found, reference = locate(frame), detect(frame[None])
+        if reference.color is None:
+            missing += 1
+            assert found is None
+        else:
+            assert found == reference.position
+    assert 0 < missing < len(frames)
 
 
 def test_objects_stay_in_frame():
