@@ -109,6 +109,12 @@ class PushTTrainArgs:
     condition_noise: float = 0.0  # forward dynamics' condition latent + N(0, s^2), s ~ U(0, this) per clip
     # (forward dynamics is what the env runs; the policy learns from the scripted pushes)
     task_weights: str = "forward_dynamics=6,inverse_dynamics=1,policy=1"  # the transformer's tasks and their weights
+    # this share of forward dynamics' batches conditioned on the frame the model itself imagines where the clip
+    # starts (the episode's previous clip imagined from its first frame under its actions), as the env conditions
+    # it in closed loop; the targets stay the true frames (0: clean conditions only)
+    imagined_conditions: float = 0.0
+    imagined_steps: int = 4  # the denoising steps of those imaginings (the world-eval harness's)
+    imagined_every: int = 0  # > 0: imagine them again with the weights of every this many steps (0: once, at the start)
     log_every: int = 50
     max_minutes: float = 0.0  # > 0: the whole run (data included) ends its training after this long, then saves
 
@@ -128,7 +134,8 @@ class PushTTrainArgs:
         require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
                                     foreground_weight="0: every element weighted alike",
                                     latent_foreground_weight="0: every element weighted alike")
-        for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
+        require_at_least(self, imagined_steps=1, imagined_every=0)
+        for name in ("near_goal", "held_out", "vae_share", "uncond_prob", "imagined_conditions"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
         if self.clips_file and not Path(self.clips_file).is_file():
@@ -330,6 +337,52 @@ def pusht_pool(model, clips: Clips, resolution_tier: int, device, latent_foregro
     return ActionPool([PROMPT] * len(clips), latents, commands, weights)
 
 
+def successors(clips: Clips, among: np.ndarray) -> np.ndarray:
+    """The clips (indices) whose episode's previous clip is the one before them, both ``among`` (a mask):
+    clip ``i`` starts at the frame where clip ``i - 1`` ends."""
+    follows = np.zeros(len(clips), dtype=bool)
+    follows[1:] = (clips.episodes[1:] == clips.episodes[:-1]) & among[1:] & among[:-1]
+    index = np.flatnonzero(follows)
+    if not np.array_equal(clips.frames[index, 0], clips.frames[index - 1, -1]):
+        raise ValueError("the clips' episodes are not in order (a clip does not start where the one before it "
+                         "in its episode ends); write them with python -m cosmos3_gym.world.pusht_data")
+    return index
+
+
+@torch.no_grad()
+def imagined_pool(model, clips: Clips, everything: ActionPool, index: np.ndarray, args: PushTTrainArgs,
+                  seed: int) -> ActionPool:
+    """The chunks of ``everything`` at ``index`` (clips with a previous clip, :func:`successors`), each
+    conditioned on what the model imagines at its start instead of the true frame: the previous clip
+    imagined from its first frame under its actions, with ``Cosmos3PushT-v0``'s generation and
+    ``--imagined-steps`` steps (:meth:`~cosmos3_gym.world.envs.Cosmos3WorldVectorEnv.imagine`, the world
+    env PushT's is built on, which needs no gym-pusht), its last frame encoded as the env encodes a
+    condition. In closed loop the env conditions every chunk after the first on such a frame; trained
+    on clean frames alone, a model meets blur and drift it never saw there (DAgger's argument)."""
+    from tqdm import tqdm
+
+    from .world.envs import Cosmos3WorldVectorEnv
+
+    pusht = Cosmos3PushTVectorEnv.__init__.__kwdefaults__
+    world = Cosmos3WorldVectorEnv(EVAL_BATCH, chunk=CHUNK, size=SIZE, num_steps=args.imagined_steps,
+                                  guidance_scale=pusht["guidance_scale"], noise_level=pusht["noise_level"],
+                                  kind=pusht["kind"], domain=ENV_DOMAIN, model=model)
+    rng, conditions = np.random.default_rng([args.data_seed, 2, seed]), []
+    training = model.transformer.training
+    model.transformer.eval()
+    for start in tqdm(range(0, len(index), EVAL_BATCH), desc="imagined conditions"):
+        previous = index[start:start + EVAL_BATCH] - 1
+        seeds = rng.integers(0, 2 ** 62, len(previous)).tolist()
+        chunks = world.imagine(clips.frames[previous, 0], model_actions(clips.actions[previous]), seeds,
+                               [PROMPT] * len(previous))
+        conditions.append(model.encode_action_clips(chunks[:, -1:], args.resolution_tier, NUM_FRAMES, given=1))
+    model.transformer.train(training)
+    pool = everything.take(index)
+    latents = pool.latents.clone()
+    latents[:, :, :1] = torch.cat(conditions).to(latents.device)
+    return dataclasses.replace(pool, latents=latents)
+
+
 @torch.no_grad()
 def fixed_batch(model, pool: ActionPool, args: PushTTrainArgs) -> tuple:
     """One forward-dynamics batch of ``pool`` (the env's prompt, no unconditional rows, clean conditions,
@@ -354,9 +407,11 @@ def held_out_losses(model, batch: tuple) -> dict[str, float]:
 
 
 def train_transformer(model, pools: dict[str, ActionPool], held_out: ActionPool | None, args: PushTTrainArgs,
-                      log: list, deadline: float) -> None:
+                      log: list, deadline: float, imagine=None) -> None:
     """Flow matching on the tasks of ``task_weights`` (``pools``: ``"dynamics"``, every clip, for the
-    dynamics; ``"expert"``, the scripted pushes, for the policy), logging the held-out losses."""
+    dynamics; ``"expert"``, the scripted pushes, for the policy), logging the held-out losses. With
+    ``imagine(step)`` (the :func:`imagined_pool` of the weights at ``step``), ``--imagined-conditions`` of
+    forward dynamics' batches are drawn from that pool, refreshed every ``--imagined-every`` steps."""
     from tqdm import tqdm
 
     transformer = model.transformer
@@ -365,9 +420,15 @@ def train_transformer(model, pools: dict[str, ActionPool], held_out: ActionPool 
     rng, tokens = np.random.default_rng(args.data_seed), {}
     measured = fixed_batch(model, held_out, args) if held_out else None
     schedule = draw_tasks(args.task_weights, args.steps, rng)
+    imagined = imagine(0) if imagine else None
     started = time.time()
     for step, task in enumerate(tqdm(schedule, desc="transformer")):
-        loss = train_step(model, optimizer, training_batch(model, task, args, None, rng, tokens, pools), rng,
+        if imagine and args.imagined_every and step and step % args.imagined_every == 0:
+            imagined = imagine(step)
+        drawn = pools
+        if imagined and task == Task.FORWARD_DYNAMICS and rng.random() < args.imagined_conditions:
+            drawn = {**pools, "dynamics": imagined}
+        loss = train_step(model, optimizer, training_batch(model, task, args, None, rng, tokens, drawn), rng,
                           _lr(schedule_step(step, args.steps, started, deadline), args.steps, args.lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
@@ -415,8 +476,21 @@ def main(argv=None) -> int:
         if expert.any():
             pools["expert"] = pools["dynamics"].take(np.flatnonzero(expert))
         held_out = everything.take(np.flatnonzero(held)) if held.any() else None
+        imagine = None
+        if args.imagined_conditions:  # the model's own imaginings as conditions (the clips they replace: training)
+            following = successors(clips, ~held)
+            if not following.size:
+                raise ValueError("--imagined-conditions needs episodes of two clips or more among the training "
+                                 "clips; use --clips-per-episode 2 or more (or a clips file written so)")
+
+            def imagine(step: int) -> ActionPool:
+                began = time.time()
+                pool = imagined_pool(model, clips, everything, following, args, step)
+                log.append({"stage": "imagined conditions", "step": step, "clips": len(following),
+                            "seconds": round(time.time() - began, 1)})
+                return pool
         # 5. the transformer: flow matching on forward dynamics, inverse dynamics and the policy
-        train_transformer(model, pools, held_out, args, log, deadline)
+        train_transformer(model, pools, held_out, args, log, deadline, imagine)
     # 6. the checkpoint, its record and its curve
     for name in ("transformer", "vae"):
         components[name].to("cpu")

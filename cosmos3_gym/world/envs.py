@@ -220,8 +220,12 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     def _needs_reset(self) -> np.ndarray:
         return self.needs_reset.copy()
 
-    def _checked_actions(self, actions) -> np.ndarray:
-        return checked_action(actions, self.single_action_space, (self.num_envs,), bounds_hint=COMMAND_HINT).numpy()
+    action_hint = COMMAND_HINT  # what the actions' entries are, for their error messages
+
+    def _checked_actions(self, actions, count: int | None = None) -> np.ndarray:
+        """A batch of ``count`` actions (default: one per env), validated."""
+        return checked_action(actions, self.single_action_space, (count or self.num_envs,),
+                              bounds_hint=self.action_hint).numpy()
 
     def _rng_continuation(self) -> list[np.random.Generator]:
         return [rng_continuation(rng) for rng in self._rngs]
@@ -295,6 +299,39 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         """Every env's task prompt (the reset info; a step reports it for every env too)."""
         return {"prompt": object_column(task.prompt for task in tasks), "_prompt": np.ones(self.num_envs, dtype=bool)}
 
+    def imagine(self, frames, actions, seeds, prompts) -> np.ndarray:
+        """What the model imagines from frames of your choosing: ``frames`` uint8 ``[b, *obs shape]``
+        (``1 <= b <= num_envs``) under ``actions`` ``[b, *action shape]`` (this env's action space), one
+        generation per frame from ``seeds`` with ``prompts``: the uint8 chunks ``[b, chunk, *obs shape]``.
+        The generation a step runs (this env's sampler settings; the chunk a step would score), with no
+        env's state changed: for what-if questions, and for training a world model on its own
+        imaginings (``python -m cosmos3_gym.train_pusht --imagined-conditions``). Raises ``ValueError``
+        on bad input before anything runs."""
+        frames = np.asarray(frames)
+        shape = self.single_observation_space.shape
+        if frames.dtype != np.uint8 or frames.ndim != len(shape) + 1 or frames.shape[1:] != shape \
+                or not 1 <= len(frames) <= self.num_envs:
+            raise ValueError(f"frames has dtype {frames.dtype} and shape {frames.shape}; expected uint8 frames of "
+                             f"shape (b, {', '.join(map(str, shape))}) with 1 <= b <= num_envs={self.num_envs} "
+                             "(stack observations, e.g. np.stack([obs]))")
+        count = len(frames)
+        actions = self._checked_actions(actions, count)
+        if len(seeds) != count or len(prompts) != count:
+            raise ValueError(f"{count} frames take {count} seeds and {count} prompts, got {len(seeds)} seeds and "
+                             f"{len(prompts)} prompts")
+        seeds = [checked_seed(seed, f"seeds[{j}]") for j, seed in enumerate(seeds)]
+        for j, prompt in enumerate(prompts):
+            if not isinstance(prompt, str) or not prompt:
+                raise ValueError(f"prompts[{j}]={prompt!r} is invalid; use a non-empty string (the env's: "
+                                 "info['prompt'])")
+        slots = list(range(count))  # the engine is scratch space between steps: no env's state lives there
+        return self._generate(slots, seeds, prompts, self._conditions(frames, self._model_actions(actions)))[:, 1:]
+
+    def _conditions(self, frames: np.ndarray, model_actions: np.ndarray) -> list:
+        """Forward dynamics' clean conditions of ``frames`` under ``model_actions``, encoded in one VAE call."""
+        return self.engine.model.encode_action_conditions(Task.FORWARD_DYNAMICS, self.chunk,
+                                                          self.preset.resolution_tier, frames, model_actions)
+
     def _imagine(self, slots: list[int], tasks: list[PushTask], frames: np.ndarray, actions: np.ndarray,
                  rngs: list[np.random.Generator]) -> tuple[np.ndarray, list]:
         """One forward-dynamics generation per slot: the imagined chunk uint8 ``[b, chunk, H, W, 3]``,
@@ -308,24 +345,23 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         denoised latents within 2.5e-5 of a single-env run's, and an imagined pixel within one uint8
         level of its own decode (12 of 393,216 pixels at 16 envs), so a slot's chunk depends on the slots
         stepping beside it only that far."""
-        p = self.preset
-        conditions = self.engine.model.encode_action_conditions(Task.FORWARD_DYNAMICS, self.chunk,
-                                                                p.resolution_tier, frames, actions)
+        conditions = self._conditions(frames, actions)
         seeds = [int(rngs[i].integers(SEED_RANGE[1])) for i in slots]
-        video = self._generate(slots, seeds, tasks, conditions)
+        prompts = [task.prompt for task in tasks]
+        video = self._generate(slots, seeds, prompts, conditions)
         trajectories = [self.engine.trajectory(i) for i in slots]
         spread = None
         if self.disagreement >= 2:  # more samples of the same step, from seeds of their own (the episode's draws stay)
             samples = [video] + [self._generate(slots, [int(np.random.default_rng([s, k]).integers(SEED_RANGE[1]))
-                                                         for s in seeds], tasks, conditions)
+                                                         for s in seeds], prompts, conditions)
                                  for k in range(1, self.disagreement)]
             spread = np.stack(samples).astype(np.float32).std(axis=0).mean(axis=(1, 2, 3, 4)) / 255.0
         return video[:, 1:], trajectories, spread
 
-    def _generate(self, slots: list[int], seeds: list[int], tasks: list, conditions: list) -> np.ndarray:
+    def _generate(self, slots: list[int], seeds: list[int], prompts: list[str], conditions: list) -> np.ndarray:
         """One forward-dynamics generation per slot from ``seeds``: uint8 ``[b, chunk + 1, H, W, 3]``."""
         p = self.preset
-        self.engine.reset_slots(slots, seeds, [task.prompt for task in tasks], [p.negative_prompt] * len(slots),
+        self.engine.reset_slots(slots, seeds, prompts, [p.negative_prompt] * len(slots),
                                 conditions=conditions, domains=[p.domain] * len(slots))
         guidance = torch.full((len(slots),), p.guidance_scale)
         level = torch.full((len(slots),), p.noise_level)

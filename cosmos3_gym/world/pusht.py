@@ -227,6 +227,7 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10, "autoreset_mode": AutoresetMode.NEXT_STEP}
+    action_hint = TARGET_HINT
 
     def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int | None = None, prompt: str = PROMPT,
                  exact_coverage: bool = True, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,
@@ -265,9 +266,6 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
                 "seed": np.array([task.seed for task in tasks], dtype=np.int64), "_seed": everyone.copy()}
 
     # --- the autoreset protocol's hooks (env/autoreset.py): PushT's episodes and scoring ---
-    def _checked_actions(self, actions) -> np.ndarray:
-        return checked_action(actions, self.single_action_space, (self.num_envs,), bounds_hint=TARGET_HINT).numpy()
-
     def _prepare_resets(self, envs: list[int], rngs: list) -> dict:
         """Autoreset: gym-pusht's reset with a seed drawn from the env's generator."""
         seeds = {i: int(rngs[i].integers(SEED_RANGE[1])) for i in envs}

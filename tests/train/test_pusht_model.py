@@ -15,8 +15,9 @@ pytest.importorskip("gym_pusht")
 from cosmos3_gym.model.tasks import checked_domain  # noqa: E402
 from cosmos3_gym.train.world_model import trainable_model, training_batch  # noqa: E402
 from cosmos3_gym.train_pusht import TABLE_LEVEL, PushTTrainArgs, fixed_batch, foreground, held_out_losses, \
-    latent_foreground, main, pusht_components, pusht_pool, train_transformer, weighted_mse  # noqa: E402
-from cosmos3_gym.world.pusht import PROMPT, Cosmos3PushTVectorEnv, PushTTwinEnv  # noqa: E402
+    imagined_pool, latent_foreground, main, pusht_components, pusht_pool, successors, train_transformer, \
+    weighted_mse  # noqa: E402
+from cosmos3_gym.world.pusht import PROMPT, Cosmos3PushTVectorEnv, PushTTwinEnv, model_actions  # noqa: E402
 from cosmos3_gym.world.pusht_coverage import AGENT, BLOCK_FILL, WHITE, make_pusht  # noqa: E402
 from cosmos3_gym.world.pusht_data import Clips, generate  # noqa: E402
 
@@ -218,3 +219,63 @@ def test_the_transformer_loss_weighs_the_foreground_and_the_held_out_loss_does_n
         torch.testing.assert_close(weights[:, 1:], pool.weights[clip, :, 1:].expand_as(weights[:, 1:]), rtol=0, atol=0)
     _, _, fixed_generated, *_ = fixed_batch(model, pool, args)
     assert fixed_generated["video"].dtype == torch.bool
+
+
+def _episode(seed: int, chunks: np.ndarray) -> Clips:
+    """gym-pusht's reset(seed) played through ``chunks`` by the twin: one episode of consecutive clips."""
+    twin = PushTTwinEnv()
+    frame, _ = twin.reset(seed=seed)
+    frames = []
+    for chunk in chunks:
+        _, _, _, _, info = twin.step(chunk)
+        frames.append(np.concatenate([frame[None], info["frames"]]))
+        frame = info["frames"][-1]
+    twin.close()
+    zeros = np.zeros(len(chunks))
+    return Clips(frames=np.stack(frames), actions=chunks, kinds=zeros, block_poses=zeros, agent_positions=zeros,
+                 coverages=zeros, episodes=zeros)
+
+
+def test_imagined_conditions_are_what_the_env_imagines_and_encodes(tiny_model):
+    """A second code path: ``Cosmos3PushT-v0``'s own ``imagine`` from the first clip's first frame under
+    its actions (the env's sampler settings, the seed the trainer draws), its last frame encoded by the
+    env's condition encoder: the trainer's imagined condition of the second clip; the rest of the
+    second clip's latents, its actions and prompt are the clean pool's."""
+    chunks = np.random.default_rng(1).uniform(100, 400, (2, 8, 2)).astype(np.float32)
+    clips = _episode(4, chunks)
+    args = PushTTrainArgs(**SMALL, imagined_steps=2)
+    everything = pusht_pool(tiny_model, clips, args.resolution_tier, "cpu")
+    following = successors(clips, np.ones(2, dtype=bool))
+    assert following.tolist() == [1]
+    pool = imagined_pool(tiny_model, clips, everything, following, args, seed=0)
+    seed = int(np.random.default_rng([args.data_seed, 2, 0]).integers(0, 2 ** 62, 1)[0])
+    env = Cosmos3PushTVectorEnv(1, model=tiny_model, num_steps=2, exact_coverage=False)
+    imagined = env.imagine(clips.frames[:1, 0], chunks[:1], [seed], [PROMPT])
+    (condition,) = tiny_model.encode_action_conditions("forward_dynamics", 8, args.resolution_tier, imagined[:, -1],
+                                                       model_actions(chunks[1:]))
+    env.close()
+    torch.testing.assert_close(pool.latents[0, :, 0], condition.latent[:, 0], rtol=0, atol=1e-6)
+    assert not torch.allclose(pool.latents[0, :, 0], everything.latents[1, :, 0], atol=1e-2)
+    torch.testing.assert_close(pool.latents[0, :, 1:], everything.latents[1, :, 1:], rtol=0, atol=0)
+    torch.testing.assert_close(pool.commands, everything.commands[1:], rtol=0, atol=0)
+    assert pool.prompts == [PROMPT]
+    shuffled = dataclasses.replace(clips, frames=clips.frames[::-1].copy())
+    with pytest.raises(ValueError, match="not in order"):
+        successors(shuffled, np.ones(2, dtype=bool))
+
+
+def test_a_run_with_imagined_conditions_imagines_again_on_schedule(tmp_path, capsys):
+    main(["--device", "cpu", "--hidden-size", "64", "--layers", "1", "--vae-base-dim", "4", "--batch", "2",
+          "--clips", "6", "--clips-per-episode", "3", "--held-out", "0.5", "--mix", "push=1", "--data-workers", "1",
+          "--vae-steps", "1", "--vae-batch", "1", "--steps", "5", "--task-weights", "forward_dynamics=1",
+          "--imagined-conditions", "1", "--imagined-steps", "1", "--imagined-every", "2", "--out", str(tmp_path)])
+    log = json.loads((tmp_path / "training.json").read_text())["log"]
+    assert [(r["step"], r["clips"]) for r in log if r["stage"] == "imagined conditions"] == [(0, 2), (2, 2), (4, 2)]
+    for flags, message in ((["--imagined-conditions", "1.5"], "--imagined-conditions 1.5 is not a share in [0, 1]"),
+                           (["--imagined-steps", "0"], "--imagined-steps"),
+                           (["--imagined-conditions", "0.5", "--clips-per-episode", "1", "--clips", "2", "--steps", "1",
+                             "--vae-steps", "0", "--data-workers", "1", "--mix", "push=1"], "two clips or more")):
+        with pytest.raises((SystemExit, ValueError)) as raised:
+            main(["--device", "cpu", "--hidden-size", "64", "--layers", "1", "--vae-base-dim", "4", *flags,
+                  "--out", str(tmp_path / "refused")])
+        assert message in (str(raised.value) + capsys.readouterr().err)

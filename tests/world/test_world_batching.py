@@ -64,6 +64,42 @@ def test_the_first_frames_canvas_alone_encodes_as_the_whole_clips(tiny_model):
         tiny_model.encode_action_clips(clips, TIER, CHUNK + 1, given=0)
 
 
+CANVAS_CASES = [  # (clips, frames, height, width, num_frames): what the pipeline's padding does to each
+    (4, 1, 32, 32, CHUNK + 1),  # replicate padding, the last frame repeated (the world envs' conditions)
+    (3, 9, 96, 96, 5),  # frames after num_frames dropped (gym-pusht's frames)
+    (2, 3, 200, 200, 4),  # reflect padding
+    (2, 2, 320, 288, 3),  # larger than the bin: bicubic antialiased downscale, then padding
+]
+
+
+def per_clip_canvases(model, clips, num_frames):
+    """The pipeline's own path, a clip at a time: float [0, 1] frames divided on the host."""
+    from cosmos3_gym.model import diffusers_private as private
+    from cosmos3_gym.model.conditions import unit_frames
+
+    canvases = [private.action_canvas(model.pipeline, unit_frames(clip), TIER, num_frames, model.device, model.vae.dtype)
+                for clip in clips]
+    return torch.cat([canvas for canvas, *_ in canvases]), canvases[0][1]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA")])])
+@pytest.mark.parametrize("count,frames,height,width,num_frames", CANVAS_CASES)
+def test_batched_canvases_are_the_pipelines_per_clip_canvases(tiny_model, device, count, frames, height, width,
+                                                              num_frames):
+    """``action_canvases`` pads a whole batch at once on the device: the canvases and size record of
+    the pipeline padding each clip alone from host-divided frames, bit for bit (on a GPU in bf16,
+    the VAE's dtype there)."""
+    from cosmos3_gym.model.model import Cosmos3Model
+
+    model = tiny_model if device == "cpu" else Cosmos3Model.embedded(device="cuda", dtype=torch.bfloat16)
+    clips = np.random.default_rng(count).integers(0, 256, (count, frames, height, width, 3), dtype=np.uint8)
+    canvas, content = model.action_canvases(clips, TIER, num_frames)
+    expected, expected_content = per_clip_canvases(model, clips, num_frames)
+    assert canvas.shape == expected.shape and canvas.shape[2] == num_frames and canvas.dtype == model.vae.dtype
+    assert torch.equal(canvas, expected) and torch.equal(content, expected_content)
+
+
 def test_a_batched_step_is_each_envs_single_run(tiny_model):
     """Four envs stepped together against each env run alone (seed ``s + i``, its actions), and each
     imagined chunk against its own decode of its trajectory's last latent. One step: from the second on,
