@@ -113,7 +113,7 @@ class PushTTrainArgs:
     # starts (the episode's previous clip imagined from its first frame under its actions), as the env conditions
     # it in closed loop; the targets stay the true frames (0: clean conditions only)
     imagined_conditions: float = 0.0
-    imagined_steps: int = 4  # the denoising steps of those imaginings (the world-eval harness's)
+    imagined_steps: int = 4  # the denoising steps of those imaginings (world-eval --world pusht scores at 4)
     imagined_every: int = 0  # > 0: imagine them again with the weights of every this many steps (0: once, at the start)
     log_every: int = 50
     max_minutes: float = 0.0  # > 0: the whole run (data included) ends its training after this long, then saves
@@ -138,6 +138,15 @@ class PushTTrainArgs:
         for name in ("near_goal", "held_out", "vae_share", "uncond_prob", "imagined_conditions"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
+        if self.imagined_conditions and not self.init_from:
+            raise ValueError("--imagined-conditions conditions on the model's own imaginings, which untrained weights "
+                             "do not have yet; continue trained ones with --init-from CHECKPOINT")
+        if self.imagined_conditions and Task.FORWARD_DYNAMICS not in parse_task_weights(self.task_weights):
+            raise ValueError(f"--imagined-conditions applies to forward dynamics, which --task-weights "
+                             f"{self.task_weights!r} leaves out; add forward_dynamics=W")
+        if self.imagined_every and not self.imagined_conditions:
+            raise ValueError("--imagined-every refreshes the imagined conditions, but --imagined-conditions is 0; "
+                             "give it a share in (0, 1]")
         if self.clips_file and not Path(self.clips_file).is_file():
             raise ValueError(f"--clips-file {self.clips_file} is not a file; write one with "
                              "python -m cosmos3_gym.world.pusht_data --out FILE.npz")
@@ -370,13 +379,15 @@ def imagined_pool(model, clips: Clips, everything: ActionPool, index: np.ndarray
     rng, conditions = np.random.default_rng([args.data_seed, 2, seed]), []
     training = model.transformer.training
     model.transformer.eval()
-    for start in tqdm(range(0, len(index), EVAL_BATCH), desc="imagined conditions"):
-        previous = index[start:start + EVAL_BATCH] - 1
-        seeds = rng.integers(0, 2 ** 62, len(previous)).tolist()
-        chunks = world.imagine(clips.frames[previous, 0], model_actions(clips.actions[previous]), seeds,
-                               [PROMPT] * len(previous))
-        conditions.append(model.encode_action_clips(chunks[:, -1:], args.resolution_tier, NUM_FRAMES, given=1))
-    model.transformer.train(training)
+    try:
+        for start in tqdm(range(0, len(index), EVAL_BATCH), desc="imagined conditions"):
+            previous = index[start:start + EVAL_BATCH] - 1
+            seeds = rng.integers(0, 2 ** 62, len(previous)).tolist()
+            chunks = world.imagine(clips.frames[previous, 0], model_actions(clips.actions[previous]), seeds,
+                                   [PROMPT] * len(previous))
+            conditions.append(model.encode_action_clips(chunks[:, -1:], args.resolution_tier, NUM_FRAMES, given=1))
+    finally:
+        model.transformer.train(training)
     pool = everything.take(index)
     latents = pool.latents.clone()
     latents[:, :, :1] = torch.cat(conditions).to(latents.device)
@@ -457,6 +468,10 @@ def main(argv=None) -> int:
     held = held_out_mask(clips, args.held_out)
     training = subset(clips, ~held)
     expert = training.kinds == KINDS.index("push")
+    following = successors(clips, ~held) if args.imagined_conditions else None
+    if following is not None and not following.size:
+        raise ValueError("--imagined-conditions needs episodes of two clips or more among the training clips; use "
+                         "--clips-per-episode 2 or more (or a clips file written so)")
     if Task.POLICY in parse_task_weights(args.task_weights) and not expert.any():
         raise ValueError("--task-weights has policy, which learns from the scripted pushes, but no training clip is "
                          "one; add push to --mix (or a clips file with pushes), or leave policy out")
@@ -478,11 +493,6 @@ def main(argv=None) -> int:
         held_out = everything.take(np.flatnonzero(held)) if held.any() else None
         imagine = None
         if args.imagined_conditions:  # the model's own imaginings as conditions (the clips they replace: training)
-            following = successors(clips, ~held)
-            if not following.size:
-                raise ValueError("--imagined-conditions needs episodes of two clips or more among the training "
-                                 "clips; use --clips-per-episode 2 or more (or a clips file written so)")
-
             def imagine(step: int) -> ActionPool:
                 began = time.time()
                 pool = imagined_pool(model, clips, everything, following, args, step)

@@ -41,8 +41,9 @@ def crop_action_latent(pipeline, latent, content):
 
 
 def action_canvas(pipeline, frames, resolution_tier: int, num_frames: int, device, dtype):
-    """Frames (float [0, 1] arrays) padded into the tier's canvas as an action request pads them:
-    ``(pixels [1, 3, num_frames, H, W] in [-1, 1], size record, ...)``."""
+    """Frames in [0, 1] (a clip's float arrays, or a batch of clips ``[B, F, 3, H, W]`` as one tensor)
+    padded into the tier's canvas as an action request pads them: ``(pixels [B, 3, num_frames, H, W]
+    in [-1, 1], size record, ...)``."""
     return pipeline._prepare_action_video_conditioning(frames, resolution_tier, num_frames, device=device, dtype=dtype)
 
 

@@ -6,7 +6,7 @@ Everything is deterministic given a seed; nothing is downloaded.
 
 An agent can drive the same objects (:class:`PushTask`, :func:`push`): one 2-D velocity command
 per frame, walls at the borders, and a task stated in a prompt, "move the red ball to the top
-left"; :func:`task_reward` scores a chunk of frames read back with :func:`detect`.
+left"; :func:`task_reward` scores a chunk of frames, the object's centre read back with :func:`locate`.
 """
 
 from __future__ import annotations
@@ -301,6 +301,7 @@ def locate(frame: np.ndarray) -> tuple[float, float] | None:
     """The main object's centre in uint8 ``frame`` ``[H, W, 3]`` as fractions of width and height, or
     None where :func:`detect` finds no object: its ``position`` without the colour vote, which costs
     most of a large frame's detection and which a reward that needs the position alone would discard."""
+    frame = np.asarray(frame)
     found = _centroid(_object_pixels(frame))
     if found is None:
         return None

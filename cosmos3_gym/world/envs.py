@@ -303,10 +303,12 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         """What the model imagines from frames of your choosing: ``frames`` uint8 ``[b, *obs shape]``
         (``1 <= b <= num_envs``) under ``actions`` ``[b, *action shape]`` (this env's action space), one
         generation per frame from ``seeds`` with ``prompts``: the uint8 chunks ``[b, chunk, *obs shape]``.
-        The generation a step runs (this env's sampler settings; the chunk a step would score), with no
-        env's state changed: for what-if questions, and for training a world model on its own
-        imaginings (``python -m cosmos3_gym.train_pusht --imagined-conditions``). Raises ``ValueError``
-        on bad input before anything runs."""
+        The generation a step runs (this env's sampler settings; the chunk a step would score, before a
+        PushT step repeats its success frame), with no env's state changed: for what-if questions, and
+        for training a world model on its own imaginings (``python -m cosmos3_gym.train_pusht
+        --imagined-conditions``). The same frames, actions, seeds and prompts in the same order give a
+        step's chunks bit for bit; a subset of them can differ by a pixel level (the batch's rounding,
+        see :meth:`_imagine`). Bad input raises ``ValueError``; nothing changes either way."""
         frames = np.asarray(frames)
         shape = self.single_observation_space.shape
         if frames.dtype != np.uint8 or frames.ndim != len(shape) + 1 or frames.shape[1:] != shape \
@@ -316,9 +318,10 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
                              "(stack observations, e.g. np.stack([obs]))")
         count = len(frames)
         actions = self._checked_actions(actions, count)
-        if len(seeds) != count or len(prompts) != count:
-            raise ValueError(f"{count} frames take {count} seeds and {count} prompts, got {len(seeds)} seeds and "
-                             f"{len(prompts)} prompts")
+        if not all(isinstance(given, (list, tuple, np.ndarray)) for given in (seeds, prompts)) \
+                or len(seeds) != count or len(prompts) != count:
+            raise ValueError(f"{count} frames take a list of {count} seeds and one of {count} prompts, got "
+                             f"seeds={seeds!r} and prompts={prompts!r}")
         seeds = [checked_seed(seed, f"seeds[{j}]") for j, seed in enumerate(seeds)]
         for j, prompt in enumerate(prompts):
             if not isinstance(prompt, str) or not prompt:

@@ -264,18 +264,40 @@ def test_imagined_conditions_are_what_the_env_imagines_and_encodes(tiny_model):
         successors(shuffled, np.ones(2, dtype=bool))
 
 
-def test_a_run_with_imagined_conditions_imagines_again_on_schedule(tmp_path, capsys):
-    main(["--device", "cpu", "--hidden-size", "64", "--layers", "1", "--vae-base-dim", "4", "--batch", "2",
-          "--clips", "6", "--clips-per-episode", "3", "--held-out", "0.5", "--mix", "push=1", "--data-workers", "1",
-          "--vae-steps", "1", "--vae-batch", "1", "--steps", "5", "--task-weights", "forward_dynamics=1",
-          "--imagined-conditions", "1", "--imagined-steps", "1", "--imagined-every", "2", "--out", str(tmp_path)])
-    log = json.loads((tmp_path / "training.json").read_text())["log"]
+def test_a_run_with_imagined_conditions_draws_them_and_imagines_again_on_schedule(tmp_path, capsys, monkeypatch):
+    """Every forward-dynamics batch of a run at share 1 comes from the imagined pool (the two clips
+    that follow another in the training episodes), imagined at steps 0, 2 and 4 of 5; bad settings
+    are refused before anything loads, or, for clips without a second clip per episode, before
+    the VAE stage."""
+    import cosmos3_gym.train_pusht as trainer
+
+    small = ["--device", "cpu", "--hidden-size", "64", "--layers", "1", "--vae-base-dim", "4", "--batch", "2",
+             "--mix", "push=1", "--data-workers", "1"]
+    first = tmp_path / "first"
+    main([*small, "--clips", "2", "--clips-per-episode", "2", "--vae-steps", "1", "--vae-batch", "1", "--steps", "1",
+          "--out", str(first)])
+    drawn, batch = [], trainer.training_batch
+    monkeypatch.setattr(trainer, "training_batch", lambda model, task, args, scenes, rng, tokens, pools: (
+        drawn.append(len(pools["dynamics"].prompts)), batch(model, task, args, scenes, rng, tokens, pools))[1])
+    main([*small, "--clips", "6", "--clips-per-episode", "3", "--held-out", "0.5", "--init-from", str(first),
+          "--vae-steps", "0", "--steps", "5", "--task-weights", "forward_dynamics=1", "--imagined-conditions", "1",
+          "--imagined-steps", "1", "--imagined-every", "2", "--out", str(tmp_path / "run")])
+    log = json.loads((tmp_path / "run" / "training.json").read_text())["log"]
     assert [(r["step"], r["clips"]) for r in log if r["stage"] == "imagined conditions"] == [(0, 2), (2, 2), (4, 2)]
-    for flags, message in ((["--imagined-conditions", "1.5"], "--imagined-conditions 1.5 is not a share in [0, 1]"),
-                           (["--imagined-steps", "0"], "--imagined-steps"),
-                           (["--imagined-conditions", "0.5", "--clips-per-episode", "1", "--clips", "2", "--steps", "1",
-                             "--vae-steps", "0", "--data-workers", "1", "--mix", "push=1"], "two clips or more")):
-        with pytest.raises((SystemExit, ValueError)) as raised:
-            main(["--device", "cpu", "--hidden-size", "64", "--layers", "1", "--vae-base-dim", "4", *flags,
-                  "--out", str(tmp_path / "refused")])
-        assert message in (str(raised.value) + capsys.readouterr().err)
+    # the fixed held-out batch (the held-out episode's 3 clips), then every step's batch from the imagined pool (the
+    # 2 training clips that follow another) rather than the training pool (3 clips)
+    assert drawn == [3] + [2] * 5
+    refusals = ((["--imagined-conditions", "1.5"], "--imagined-conditions 1.5 is not a share in [0, 1]"),
+                (["--imagined-conditions", "1", "--imagined-steps", "0"], "--imagined-steps"),
+                (["--imagined-conditions", "1"], "untrained weights do not have yet; continue trained ones"),
+                (["--imagined-conditions", "1", "--init-from", str(first), "--task-weights", "policy=1"],
+                 "applies to forward dynamics"),
+                (["--imagined-every", "3"], "--imagined-conditions is 0"))
+    for flags, message in refusals:
+        with pytest.raises(SystemExit) as exit_info:
+            main([*small, *flags, "--out", str(tmp_path / "refused")])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(ValueError, match="two clips or more"):
+        main([*small, "--clips", "2", "--clips-per-episode", "1", "--imagined-conditions", "0.5", "--init-from",
+              str(first), "--vae-steps", "5", "--out", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
