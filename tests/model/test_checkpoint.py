@@ -30,22 +30,28 @@ def test_shipped_checkpoint_is_the_builders_model_trained(tmp_path):
     assert shipped.keys() == untrained.keys() and all(torch.equal(shipped[k], untrained[k]) for k in shipped)
     assert (TINY_CHECKPOINT / "text_tokenizer" / "tokenizer.json").read_text() == \
         (tmp_path / "text_tokenizer" / "tokenizer.json").read_text()
-    # A run from scratch under 25 minutes (the VAE, then every task), continued on diverse actions.
-    record = json.loads((TINY_CHECKPOINT / "training.json").read_text())
-    assert record["command"].startswith("python -m cosmos3_gym.train.world_model")
-    assert record["args"]["init_from"] == "cosmos3_gym/assets/cosmos3-tiny" and record["args"]["vae_steps"] == 0
-    assert len(record["args"]["action_mix"].split(",")) >= 6 and record["seconds"] < 600
-    scratch = record["continues"]
+    # A run from scratch under 25 minutes (the VAE, then every task), continued (each continuation's record
+    # holds the one it continued under "continues") on diverse actions, every task kept, the VAE kept.
+    record, continuations = json.loads((TINY_CHECKPOINT / "training.json").read_text()), []
+    while "continues" in record:
+        continuations.append(record)
+        record = record["continues"]
+    assert len(continuations) >= 1
+    for continued in continuations:
+        assert continued["command"].startswith("python -m cosmos3_gym.train.world_model")
+        assert continued["args"]["init_from"] == "cosmos3_gym/assets/cosmos3-tiny" and continued["args"]["vae_steps"] == 0
+        assert len(continued["args"]["action_mix"].split(",")) >= 6 and continued["seconds"] < 600
+    scratch = record
     # the record keeps the command as it was run, when the trainer was cosmos3_gym.train_world_model
     assert scratch["command"].startswith("python -m cosmos3_gym.train_world_model")
-    assert "continues" not in scratch and "--init-from" not in scratch["command"] and scratch["args"]["init_from"] == ""
+    assert "--init-from" not in scratch["command"] and scratch["args"]["init_from"] == ""
     assert scratch["args"]["data_seed"] == 0 and scratch["args"]["vae_steps"] > 0 and scratch["seconds"] < 1500
     vae = [r["mse"] for r in scratch["log"] if r["stage"] == "vae"]
     assert vae[-1] < 0.01 * vae[0]
     for task in ("t2v", "t2i", "forward_dynamics", "inverse_dynamics", "policy"):
         losses = [r["loss"] for r in scratch["log"] if r.get("task") == task]
         assert len(losses) >= 2 and losses[-1] < 0.5 * losses[0], task
-        assert any(r.get("task") == task for r in record["log"]), task  # the continuation kept every task
+        assert all(any(r.get("task") == task for r in continued["log"]) for continued in continuations), task
     vae_config = json.loads((TINY_CHECKPOINT / "vae" / "config.json").read_text())
     assert vae_config["latents_std"] != [1.0] * 4  # normalisation fitted to the data
 
