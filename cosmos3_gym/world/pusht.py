@@ -30,8 +30,9 @@ position, which an imagined world only has as pixels.
 **The model.** By default the PushT Cosmos 3 shipped in ``cosmos3_gym/assets/cosmos3-pusht``
 (:data:`PUSHT_CHECKPOINT`: the tiny model's classes, the transformer widened to 192 and 8 layers,
 7.4 M parameters, and a 0.6 M VAE, trained on 6000 gym-pusht clips by :mod:`cosmos3_gym.train_pusht`
-for 15.5 minutes on an H100; 17.5 MB with the transformer stored in float16, run in float32). A
-first model: its imaginings blur within a chunk or two and the agent fades into the block
+for 15.5 minutes on an H100, then 8 more on its own imaginings as conditions; 17.4 MB with the
+transformer stored in float16, run in float32). A first model: its imaginings blur within a chunk or
+two and the agent fades into the block
 (``cosmos3-gym world-eval --world pusht`` measures how far; BENCHMARKS.md has the numbers). ``checkpoint=DIR`` takes another
 (a diffusers-layout Cosmos 3 directory, as ``Cosmos3World-v0`` takes); ``model=`` a loaded one.
 
