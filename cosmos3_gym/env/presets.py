@@ -172,18 +172,10 @@ class Preset:
 
     def check_keywords(self, keywords, env_arguments: Sequence[str] = ()) -> None:
         """``TypeError`` for names among ``keywords`` that are neither preset fields nor
-        ``env_arguments`` (the env's own keywords, listed beside the fields): Python's wording, a
-        "did you mean" where one name is close, and every keyword allowed."""
+        ``env_arguments`` (the env's own keywords, listed beside the fields): see :func:`check_keywords`."""
         names = sorted({f.name for f in dataclasses.fields(self)} - {"id"})
-        unknown = sorted(set(keywords) - set(names) - set(env_arguments))
-        if not unknown:
-            return
-        more = f" (and {_short(unknown[1:])})" if len(unknown) > 1 else ""
-        close = difflib.get_close_matches(unknown[0][:100], [*names, *env_arguments], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        besides = f"; besides those, the env takes {list(env_arguments)}" if env_arguments else ""
-        raise TypeError(f"unknown keyword(s) for env {_short(self.id)}: got an unexpected keyword argument "
-                        f"{_short(unknown[0])}{more}{hint}; preset fields are {names}{besides}")
+        check_keywords(self.id, keywords, {"preset fields are": names,
+                                           "besides those, the env takes": list(env_arguments)})
 
     def sigma_grid_for(self, scheduler=None, use_native_flow_schedule: bool = False) -> SigmaGrid:
         """The episode grid this preset asks for (``serving`` needs the checkpoint's scheduler)."""
@@ -192,6 +184,23 @@ class Preset:
         if self.sigma_grid == "flow_shift":
             return flow_shift_grid(self.num_steps, self.flow_shift)
         return explicit_grid(self.sigmas)
+
+
+def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]]) -> None:
+    """``TypeError`` for names among ``keywords`` in none of ``allowed``'s groups (``{"label": names}``,
+    listed in the message in order): Python's wording for an unexpected keyword (TorchRL's ``GymEnv``
+    retries without a keyword on exactly that), a "did you mean" where one name is close, and every
+    keyword allowed."""
+    names = [name for group in allowed.values() for name in group]
+    unknown = sorted(set(keywords) - set(names))
+    if not unknown:
+        return
+    more = f" (and {_short(unknown[1:])})" if len(unknown) > 1 else ""
+    close = difflib.get_close_matches(unknown[0][:100], names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listing = "".join(f"; {label} {list(group)}" for label, group in allowed.items() if group)
+    raise TypeError(f"unknown keyword(s) for env {_short(env_id)}: got an unexpected keyword argument "
+                    f"{_short(unknown[0])}{more}{hint}{listing}")
 
 
 def _normalised(fields: dict) -> dict:

@@ -9,10 +9,13 @@ Python scalars, masked infos become plain entries). A subclass says which vector
 
 from __future__ import annotations
 
+import inspect
+
 import gymnasium as gym
 import numpy as np
 
 from ..model.interrupts import installing
+from .presets import check_keywords
 from .spaces import action_hint, checked_action
 
 
@@ -30,6 +33,17 @@ def unbatched_info(infos: dict) -> dict:
 def unbatched(obs):
     """Env 0's observation of a batched one (an array, or a dict of arrays)."""
     return {key: value[0] for key, value in obs.items()} if isinstance(obs, dict) else obs[0]
+
+
+def check_view_keywords(env_id: str, vector_cls, keywords: dict) -> None:
+    """A single env's keywords, checked against what its vector env's constructor takes (all but
+    ``num_envs`` and ``autoreset_mode``, which the view sets) before anything is built: a typo gets
+    :func:`~cosmos3_gym.env.presets.check_keywords`' "did you mean" instead of Python's bare
+    message from deep inside the constructor."""
+    fixed = {"self", "num_envs", "autoreset_mode"}
+    taken = [name for name, parameter in inspect.signature(vector_cls.__init__).parameters.items()
+             if name not in fixed and parameter.kind is not inspect.Parameter.VAR_KEYWORD]
+    check_keywords(env_id, keywords, {"the env takes": taken})
 
 
 class SingleEnvView(gym.Env):

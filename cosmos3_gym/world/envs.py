@@ -27,7 +27,7 @@ from ..env.rendering import can_render
 from ..env.spaces import build_engine, checked_action, checked_options
 from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from ..env.infos import object_column
-from ..env.single_view import SingleEnvView
+from ..env.single_view import SingleEnvView, check_view_keywords
 from ..rollout.procedural_world import PushTask, checked_goal, draw, push, sample_task, task_reward
 
 CHUNK, HORIZON, SIZE = 8, 8, 32
@@ -400,6 +400,7 @@ class Cosmos3WorldEnv(SingleEnvView):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
 
     def __init__(self, render_mode: str | None = None, **kwargs):
+        check_view_keywords("Cosmos3World-v0", Cosmos3WorldVectorEnv, kwargs)
         super().__init__(Cosmos3WorldVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
                                                **kwargs), render_mode, bounds_hint=COMMAND_HINT)
 

@@ -53,7 +53,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..env.infos import object_column
 from ..env.rendering import can_render
-from ..env.single_view import SingleEnvView
+from ..env.single_view import SingleEnvView, check_view_keywords
 from ..env.spaces import checked_action, checked_options
 from ..rollout.seeding import SEED_RANGE, checked_seed
 from .envs import Cosmos3WorldVectorEnv, _checked_int
@@ -301,6 +301,7 @@ class Cosmos3PushTEnv(SingleEnvView):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(self, render_mode: str | None = None, **kwargs):
+        check_view_keywords("Cosmos3PushT-v0", Cosmos3PushTVectorEnv, kwargs)
         super().__init__(Cosmos3PushTVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
                                                **kwargs), render_mode, bounds_hint=TARGET_HINT)
 

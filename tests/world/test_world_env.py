@@ -308,3 +308,20 @@ def test_disagreement_is_opt_in_and_leaves_the_episode_as_it_is(tiny_model):
         assert 0.0 < info3["disagreement"] <= 1.0
     with pytest.raises(ValueError, match="disagreement=-1"):
         gym.make("Cosmos3World-v0", num_steps=2, model=tiny_model, disagreement=-1)
+
+
+@pytest.mark.parametrize("env_id,typo,meant", [("Cosmos3World-v0", "num_step", "num_steps"),
+                                               ("Cosmos3PushT-v0", "guidance", "guidance_scale")])
+def test_a_mistyped_keyword_names_the_one_meant_before_anything_loads(env_id, typo, meant, monkeypatch):
+    """The single world envs check their keywords against their vector env's constructor first: a typo
+    says which keyword was meant and lists them all, in Python's wording, before a model loads."""
+    if env_id == "Cosmos3PushT-v0":
+        pytest.importorskip("gym_pusht")
+    from cosmos3_gym.model.model import Cosmos3Model
+
+    monkeypatch.setattr(Cosmos3Model, "from_pretrained", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument '{typo}'; did you mean '{meant}'\?; "
+                                        rf"the env takes \[.*'{meant}'.*'model'"):
+        gym.make(env_id, **{typo: 1})
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'num_envs'; the env takes"):
+        gym.make(env_id, num_envs=2)
