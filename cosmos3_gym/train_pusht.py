@@ -66,7 +66,8 @@ TABLE_LEVEL = 200  # a pixel whose darkest channel is at least this is the table
 # Cosmos3PushT-v0's engine runs this preset (cosmos3_gym.world.envs.Cosmos3WorldVectorEnv), and its
 # domain is the env's default: the trainer reads both instead of restating them
 ENV_PRESET = load_preset("Cosmos3ForwardDynamicsRollout-v0")
-ENV_DOMAIN = Cosmos3PushTVectorEnv.__init__.__kwdefaults__["domain"]
+ENV_DEFAULTS = Cosmos3PushTVectorEnv.__init__.__kwdefaults__  # its sampler too (the imagined conditions')
+ENV_DOMAIN = ENV_DEFAULTS["domain"]
 
 
 @dataclass
@@ -372,10 +373,9 @@ def imagined_pool(model, clips: Clips, everything: ActionPool, index: np.ndarray
 
     from .world.envs import Cosmos3WorldVectorEnv
 
-    pusht = Cosmos3PushTVectorEnv.__init__.__kwdefaults__
-    world = Cosmos3WorldVectorEnv(EVAL_BATCH, chunk=CHUNK, size=SIZE, num_steps=args.imagined_steps,
-                                  guidance_scale=pusht["guidance_scale"], noise_level=pusht["noise_level"],
-                                  kind=pusht["kind"], domain=ENV_DOMAIN, model=model)
+    sampler = {name: ENV_DEFAULTS[name] for name in ("guidance_scale", "noise_level", "kind")}
+    world = Cosmos3WorldVectorEnv(EVAL_BATCH, chunk=CHUNK, size=SIZE, num_steps=args.imagined_steps, domain=ENV_DOMAIN,
+                                  model=model, **sampler)
     rng, conditions = np.random.default_rng([args.data_seed, 2, seed]), []
     training = model.transformer.training
     model.transformer.eval()
