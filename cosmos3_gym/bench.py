@@ -22,6 +22,7 @@ import torch
 from PIL import Image
 
 from .model.model import Cosmos3Model, compiles_by_default
+from .model import vae_layers
 from .model.diffusers_private import encode_video
 from .model.packing import PackedRows
 from .model.tasks import Task
@@ -158,6 +159,7 @@ def measure_pipeline(model: Cosmos3Model, request: dict, samples: int, options: 
 
     device = model.device
     model.transformer.set_attn_processor(Cosmos3AttnProcessor())
+    vae_layers.restore(model.vae)
     pipe = model.pipeline
     pipe.set_progress_bar_config(disable=True)
     mode = request.get("mode", "t2v")

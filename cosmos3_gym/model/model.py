@@ -24,6 +24,7 @@ from .diffusers_private import action_heads_without_host_checks, quiet_legacy_we
 from .graphs import ForwardGraph
 from .interrupts import installing
 from .packing import ATTENTION_BACKENDS, PackedRows, RowSpec
+from . import vae_layers
 from .tiny_model import TINY_CHECKPOINT
 from .weights import merged_lora_weights, staged_update
 
@@ -189,8 +190,11 @@ class Cosmos3Model(ConditionEncoding):
         return cls.from_pretrained(TINY_CHECKPOINT, device=device, dtype=dtype, cuda_graphs=cuda_graphs)
 
     def install_processors(self) -> None:
-        """(Re)install the row-isolating attention processors on the transformer."""
+        """(Re)install the row-isolating attention processors on the transformer, and the VAE's layers
+        that make fewer memory passes (the same numbers; the norms' elementwise work fused where the
+        model compiles, on CUDA)."""
         self.context = install_processors(self.transformer, compile=self.compile)
+        vae_layers.install(self.vae, fuse_norms=self.compile and self.device.type == "cuda")
 
     # --- geometry -------------------------------------------------------------------
     @property
