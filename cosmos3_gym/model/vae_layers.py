@@ -78,8 +78,9 @@ class FusedRMSNorm(WanRMS_norm):
             return super().forward(x)
         # F.normalize's denominator, computed as F.normalize computes it (the float32 tensor's norm)
         norm = x.float().norm(2, dim=1, keepdim=True)
-        # [B, C, everything else]: one rank for every norm of the VAE, so that a few compiled graphs serve them all
-        flat = [t.reshape(t.shape[0], t.shape[1], -1) for t in (x, norm)]
+        # [B, C, everything else]: one rank for every norm of the VAE, so that a few compiled graphs serve them all;
+        # detached, so that they are no views (Dynamo would guard on each view's base: a graph per layout)
+        flat = [t.reshape(t.shape[0], t.shape[1], -1).detach() for t in (x, norm)]
         bias = self.bias.reshape(-1, 1) if isinstance(self.bias, torch.Tensor) else self.bias
         return _norm_tail_kernel(x.device.type)(*flat, self.scale, self.gamma.reshape(-1, 1), bias).view(x.shape)
 

@@ -82,3 +82,29 @@ def test_fused_norms_decode_as_diffusers_on_the_gpu(config):
     latents = torch.randn(4, config["z_dim"], 3, 8, 8, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         assert torch.equal(lean.decode(latents).sample, reference.decode(latents).sample)
+
+
+def test_the_fused_norms_need_two_compiled_graphs_for_every_batch_size_of_an_edge_world(monkeypatch):
+    """Dynamo's graphs for the fused norms of the Edge-size Wan 2.2 VAE encoding and decoding a world's
+    batches of 16, 4 and 1 envs (on meta tensors: Dynamo guards on shapes and layouts alone, so a CPU
+    shows what a GPU compiles): one graph for batches of 2 or more, one for 1, far below Dynamo's
+    recompile limit (8), after which the norms would run eagerly."""
+    from cosmos3_gym.bench import WAN22_VAE_CONFIG
+
+    graphs = []
+
+    def count(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(vae_layers._norm_tail, dynamic=True, backend=count)
+    monkeypatch.setattr(vae_layers, "_norm_tail_kernel", lambda device_type: compiled)
+    with torch.device("meta"):
+        vae = AutoencoderKLWan(**WAN22_VAE_CONFIG).to(torch.bfloat16).eval()
+    vae_layers.install(vae, fuse_norms=True)
+    with torch.no_grad():
+        for batch in (16, 4, 1, 16):
+            vae.decode(torch.empty(batch, 48, 5, 16, 16, dtype=torch.bfloat16, device="meta"))
+            vae.encode(torch.empty(batch, 3, 17, 256, 256, dtype=torch.bfloat16, device="meta"))
+    assert len(graphs) == 2
