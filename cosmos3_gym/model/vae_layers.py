@@ -15,8 +15,11 @@ subclasses that do the same arithmetic with fewer passes:
   one kernel compiled with Inductor's eager-numerics options (every intermediate rounded to bf16
   where eager rounds it, the division correctly rounded); the reduction stays eager's.
 
-The decoded frames equal diffusers' bit for bit (tested on the CPU, and on the GPU in bf16). The
-subclasses keep every attribute, so a VAE with them saves, loads, copies and trains as before.
+The encoded latents and decoded frames equal diffusers' bit for bit (tested on the CPU, and on the GPU
+in bf16); any call outside the patterns diffusers' VAE makes (a cache of another shape, channels-last
+inputs, float64) takes diffusers' own code. The subclasses keep every attribute, so a VAE with them
+saves, loads and copies as before; it trains too, its gradients equal up to the order autograd sums
+them (1e-7 apart in float32).
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, WanRMS_norm, WanUpsample
 
 # Inductor's options for eager's numbers: bf16 intermediates rounded as eager rounds them, x / y
-# correctly rounded (Triton's default division is approximate).
+# correctly rounded (Triton's default division is approximate). A torch whose Inductor lacks one runs
+# the norms eagerly.
 EAGER_NUMERICS = {"emulate_precision_casts": True, "eager_numerics.division_rounding": True}
 
 
@@ -35,11 +39,14 @@ class PaddedCausalConv3d(WanCausalConv3d):
 
     def forward(self, x, cache_x=None) -> torch.Tensor:
         left, right, top, bottom, front, back = self._padding
+        if x.dim() != 5 or (x.is_contiguous(memory_format=torch.channels_last_3d) and not x.is_contiguous()):
+            return super().forward(x, cache_x)  # F.pad keeps a channels-last layout: the convolution's own
         parts = [x]
         if cache_x is not None and front > 0:
             cache_x = cache_x.to(x.device)
-            if cache_x.dtype != x.dtype:  # torch.cat would refuse it: the parent's error
-                return super().forward(x, cache_x)
+            if (cache_x.dtype != x.dtype or cache_x.dim() != 5 or cache_x.shape[2] > front
+                    or cache_x.shape[:2] != x.shape[:2] or cache_x.shape[3:] != x.shape[3:]):
+                return super().forward(x, cache_x)  # diffusers' promotion, crop or error, not a silent broadcast
             parts.insert(0, cache_x)
             front -= cache_x.shape[2]
         if not any((left, right, top, bottom, front, back)) and len(parts) == 1:
@@ -61,21 +68,23 @@ class SameDtypeUpsample(WanUpsample):
     """``WanUpsample`` without its float32 round trip where the mode only selects values."""
 
     def forward(self, x) -> torch.Tensor:
-        if self.mode not in ("nearest", "nearest-exact"):
-            return super().forward(x)
+        if self.mode not in ("nearest", "nearest-exact") or x.dtype not in (torch.bfloat16, torch.float16,
+                                                                             torch.float32):
+            return super().forward(x)  # float64 is rounded to float32 there
         return torch.nn.Upsample.forward(self, x)
 
 
 class FusedRMSNorm(WanRMS_norm):
     """``WanRMS_norm`` whose elementwise work after the reduction is one compiled kernel (channels first,
-    bf16 or fp16, no autograd, ``fuse`` set by :func:`install` on CUDA); eager's path everywhere else."""
+    contiguous bf16 or fp16, no autograd, ``fuse`` set by :func:`install` on CUDA); eager's path everywhere
+    else."""
 
     fuse = False
 
     def forward(self, x) -> torch.Tensor:
-        if not (self.fuse and self.channel_first and not torch.is_grad_enabled()
+        if not (self.fuse and self.channel_first and not torch.is_grad_enabled() and x.is_contiguous()
                 and x.dtype in (torch.bfloat16, torch.float16)):
-            return super().forward(x)
+            return super().forward(x)  # (eager's output keeps a strided input's layout, which a convolution reads)
         # F.normalize's denominator, computed as F.normalize computes it (the float32 tensor's norm)
         norm = x.float().norm(2, dim=1, keepdim=True)
         # [B, C, everything else]: one rank for every norm of the VAE, so that a few compiled graphs serve them all;
@@ -93,8 +102,11 @@ def _norm_tail(x, norm, scale, gamma, bias):
 @functools.cache
 def _norm_tail_kernel(device_type: str):
     """:func:`_norm_tail` compiled with eager's numbers on CUDA; as it is elsewhere (where :func:`install`
-    never fuses: a test of the reshaping on the CPU)."""
-    if device_type != "cuda":
+    never fuses: a test of the reshaping on the CPU) and where Inductor lacks an option of
+    :data:`EAGER_NUMERICS` (the same numbers, eagerly)."""
+    from torch._inductor import config
+
+    if device_type != "cuda" or not set(EAGER_NUMERICS) <= set(config.get_config_copy()):
         return _norm_tail
     return torch.compile(_norm_tail, dynamic=True, options=EAGER_NUMERICS)
 

@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 from diffusers import AutoencoderKLWan
+from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, WanRMS_norm, WanUpsample
 
 from cosmos3_gym.model import vae_layers
 from cosmos3_gym.model.tiny_model import VAE_CONFIG
@@ -71,6 +72,79 @@ def test_fused_norms_reshaped_for_one_kernel_decode_as_diffusers(config):
     latents = torch.randn(2, config["z_dim"], 3, 2, 2, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
     with torch.no_grad():
         assert torch.equal(lean.decode(latents).sample, reference.decode(latents).sample)
+
+
+def swapped(module, fuse=False):
+    """A copy of one of diffusers' modules with its lean subclass."""
+    lean = copy.deepcopy(module)
+    lean.__class__ = vae_layers.SUBCLASSES[type(module)]
+    if fuse:
+        lean.fuse = True
+    return lean
+
+
+@pytest.mark.parametrize("images", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_fused_norm_equals_diffusers_norm_with_bias_and_zero_vectors(images, bias):
+    torch.manual_seed(0)
+    norm = WanRMS_norm(16, images=images, bias=bias).to(torch.bfloat16)
+    with torch.no_grad():
+        norm.gamma.uniform_(0.5, 1.5)
+        if bias:
+            norm.bias.uniform_(-1, 1)
+    x = torch.randn(2, 16, *((3, 4, 5) if not images else (4, 5))).to(torch.bfloat16)
+    x[0, :, 1] = 0  # all-zero channel vectors, and vectors far shorter than one: F.normalize's clamp at 1e-12
+    x[1, :, 1] = torch.randn(x[1, :, 1].shape).to(torch.bfloat16) * 1e-9
+    lean = swapped(norm, fuse=True)
+    with torch.no_grad():
+        assert torch.equal(lean(x), norm(x))
+
+
+def test_the_fused_path_runs_only_without_autograd_and_on_contiguous_inputs(monkeypatch):
+    def kernel(*_):
+        raise AssertionError("the fused kernel ran")
+
+    monkeypatch.setattr(vae_layers, "_norm_tail_kernel", lambda device_type: kernel)
+    norm = swapped(WanRMS_norm(8, images=False).to(torch.bfloat16), fuse=True)
+    x = torch.randn(1, 8, 2, 3, 3).to(torch.bfloat16)
+    assert torch.equal(norm(x), super(vae_layers.FusedRMSNorm, norm).forward(x))  # autograd on: eager's path
+    with torch.no_grad():
+        strided = x.transpose(3, 4)
+        assert torch.equal(norm(strided), super(vae_layers.FusedRMSNorm, norm).forward(strided))
+        with pytest.raises(AssertionError, match="fused kernel ran"):
+            norm(x)
+
+
+def test_calls_outside_diffusers_patterns_take_diffusers_code():
+    torch.manual_seed(0)
+    conv = WanCausalConv3d(4, 6, 3, padding=1)
+    lean = swapped(conv)
+    x = torch.randn(2, 4, 3, 5, 5)
+    # a cache of another batch size: diffusers' torch.cat refuses it (no broadcast)
+    with pytest.raises(RuntimeError):
+        conv(x, torch.randn(1, 4, 2, 5, 5))
+    with pytest.raises(RuntimeError):
+        lean(x, torch.randn(1, 4, 2, 5, 5))
+    # channels-last input: the same values and layout as diffusers'
+    last = x.to(memory_format=torch.channels_last_3d)
+    expected, got = conv(last, x[:, :, -2:]), lean(last, x[:, :, -2:])
+    assert torch.equal(got, expected) and got.stride() == expected.stride()
+    # float64 through the upsampler: diffusers rounds it to float32 on the way
+    upsample = WanUpsample(scale_factor=(2.0, 2.0), mode="nearest-exact")
+    y = torch.full((1, 1, 2, 2), 1 / 3, dtype=torch.float64)
+    assert torch.equal(swapped(upsample)(y), upsample(y))
+
+
+def test_the_model_installs_the_layers_and_fuses_only_on_cuda(tiny_model):
+    from cosmos3_gym.model.model import Cosmos3Model
+
+    kinds = {type(m) for m in tiny_model.vae.modules()}
+    assert set(vae_layers.SUBCLASSES.values()) <= kinds and not kinds & set(vae_layers.SUBCLASSES)
+    pipeline = copy.deepcopy(tiny_model.pipeline)
+    vae_layers.restore(pipeline.vae)
+    compiled = Cosmos3Model(pipeline, "cpu", torch.float32, compile=True)  # compiled, but on the CPU: no fusing
+    norms = [m for m in compiled.vae.modules() if isinstance(m, vae_layers.FusedRMSNorm)]
+    assert norms and not any(m.fuse for m in norms)
 
 
 @pytest.mark.gpu

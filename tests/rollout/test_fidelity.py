@@ -9,17 +9,20 @@ import torch
 from diffusers import Cosmos3OmniPipeline, FlowMatchEulerDiscreteScheduler
 from diffusers.models.transformers.transformer_cosmos3 import Cosmos3AttnProcessor
 
+from cosmos3_gym.model import vae_layers
 from cosmos3_gym.rollout.engine import RobotRequest, RolloutEngine
 from cosmos3_gym.rollout.schedule import serving_grid
 
 
 @pytest.fixture
 def stock_pipeline(tiny_model):
-    """The same weights behind diffusers' own pipeline and attention processor."""
+    """The same weights behind diffusers' own pipeline, attention processor and VAE layers."""
     transformer = copy.deepcopy(tiny_model.transformer)
     transformer.set_attn_processor(Cosmos3AttnProcessor())
+    vae = copy.deepcopy(tiny_model.vae)
+    vae_layers.restore(vae)
     pipeline = Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tiny_model.tokenizer,
-                                   vae=tiny_model.vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+                                   vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
                                    sound_tokenizer=tiny_model.sound_tokenizer, enable_safety_checker=False)
     pipeline.set_progress_bar_config(disable=True)
     return pipeline
