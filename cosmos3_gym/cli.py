@@ -139,11 +139,18 @@ def demo(args) -> int:
     print(f"device {engine.device} ({threads} CPU thread{'s' * (threads != 1)}), dtype {engine.model.dtype}, "
           f"attention {engine.model.attention}; "
           f"median seconds per step {np.median(seconds):.4f} (step 0 computes the prompt tokens and, on a GPU, "
-          f"compiles the attention kernels; the last step also decodes the video)")
-    fps, frames = env.unwrapped.preset.fps / 3, step_info["frames"]
-    _writing("--out", video_path(Path(args.out), len(frames)), lambda: write_video(Path(args.out), frames, fps))
-    kind = "image (a one-frame env)" if len(frames) == 1 else "video"
-    print(f"reward {reward:.4f}  {kind} {video_path(Path(args.out), len(frames))}")
+          f"compiles the attention kernels; the last step also decodes what the reward reads)")
+    if "frames" in step_info:
+        fps, frames = env.unwrapped.preset.fps / 3, step_info["frames"]
+        _writing("--out", video_path(Path(args.out), len(frames)), lambda: write_video(Path(args.out), frames, fps))
+        kind = "image (a one-frame env)" if len(frames) == 1 else "video"
+        print(f"reward {reward:.4f}  {kind} {video_path(Path(args.out), len(frames))}")
+    else:  # a reward that reads no frames (reward="none", as inverse dynamics has by default): nothing decoded
+        print(f"reward {reward:.4f}  (no frames decoded: this env's reward reads none, so no video was written)")
+    if "actions" in step_info:
+        actions = np.asarray(step_info["actions"])
+        print(f"generated actions {actions.shape} (the embodiment's units), first: "
+              f"{np.array2string(actions[0], precision=3, separator=', ')}")
     if args.trajectory:
         _writing("--trajectory", args.trajectory, lambda: step_info["trajectory"].save(args.trajectory))
         print(f"trajectory {args.trajectory}")

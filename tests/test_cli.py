@@ -147,6 +147,16 @@ def test_demo_t2i_writes_png_and_threads_flag(tmp_path, capsys, keep_threads):
     assert torch.get_num_threads() == 2
 
 
+def test_demo_of_an_env_that_decodes_no_frames_prints_its_actions(tmp_path, capsys, keep_threads):
+    """Inverse dynamics' reward is "none": no frames are decoded, so no video; the generated actions are shown."""
+    out = tmp_path / "id.mp4"
+    assert cli.main(["demo", "--env", "Cosmos3InverseDynamicsRollout-v0", "--device", "cpu", "--steps", "1",
+                     "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "no frames decoded" in printed and "generated actions (8, 2)" in printed
+    assert not out.exists()
+
+
 def test_rollout_writes_episodes(tmp_path, capsys, keep_threads):
     argv = ["rollout", "--device", "cpu", "--episodes", "2", "--out", str(tmp_path / "runs")]
     assert cli.main(argv) == 0

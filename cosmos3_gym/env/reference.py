@@ -38,8 +38,10 @@ What every rollout env shares:
 * **Info** every step: `log_prob` (mean over the generated elements), `log_prob_sum` (exact
   log-density) and its per-stream parts, `sigma`, `sigma_next`, `timestep`, `guidance_scale`,
   `noise_level`, `deterministic`, `weights_version`; at the last step also `trajectory` (a
-  `cosmos3_gym.Trajectory`: `save(path)` / `Trajectory.load(path)`, safetensors + JSON) and
-  `frames`. `reset` returns `prompt`, `seed` and `sigmas`.
+  `cosmos3_gym.Trajectory`: `save(path)` / `Trajectory.load(path)`, safetensors + JSON), `frames`
+  where the reward reads the decoded video (not with `reward="none"`, inverse dynamics' default), and
+  what the episode generated besides frames (`actions`, `waveform`). `reset` returns `prompt`, `seed`
+  and `sigmas`.
 * **Reset options**: {options} (which apply depends on the task, below).
 """
 
