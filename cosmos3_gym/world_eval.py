@@ -33,10 +33,12 @@ import gymnasium as gym
 
 from .train.args import guidance_override, parse_args, require_at_least
 from .world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
+from .rollout.procedural_world import GOALS
 from .world.pusht_coverage import require_gym_pusht
 
 
 WORLDS = ("procedural", "pusht")
+OUTPUTS = ("world_eval.json", "world_eval.md", "world_eval.png")  # what a run writes in --out
 
 
 @dataclass
@@ -55,10 +57,12 @@ class WorldEvalArgs:
     disagreement: int = 0  # K >= 2: sample each imagined step K times (K times slower); AUROC of the spread
     device: str = ""  # "": cuda where torch sees a GPU, else cpu
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
+    overwrite: bool = False  # replace the world_eval files already in --out (kept otherwise: the run is refused)
+    threads: int = 0  # torch's CPU threads (0: 1 on the CPU unless OMP_NUM_THREADS is set, as every command)
     progress: bool = True  # tqdm bars
 
     def __post_init__(self):
-        require_at_least(self, episodes=2, horizon=1, clone_clips=1)
+        require_at_least(self, episodes=2, horizon=1, clone_clips=1, threads=0)
         if self.world not in WORLDS:
             raise ValueError(f"--world {self.world!r} is not one of {list(WORLDS)}")
         if self.world == "pusht" and (self.goal or self.disagreement):
@@ -82,13 +86,26 @@ class WorldEvalArgs:
         if min(self.noise_list) < 0 or len(set(self.noise_list)) < len(self.noise_list):
             raise ValueError(f"--noise-levels {self.noise_levels}: use distinct values >= 0")
         self.sampler = {**guidance_override(self), **self._sde_noise_override()}  # refused before anything loads
-        import torch
+        if self.goal and self.goal not in GOALS:
+            raise ValueError(f"--goal {self.goal!r} is not a goal corner; use one of {list(GOALS)} (quoted), or "
+                             "leave it out for a random corner per episode")
+        self._check_out()
+        from .model.model import check_checkpoint, checked_device
 
-        from .model.model import check_checkpoint
-
-        self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = str(checked_device(self.device or None, name="--device", cpu_hint="--device cpu"))
         if self.checkpoint:
             check_checkpoint(self.checkpoint)
+
+    def _check_out(self) -> None:
+        """``--out`` is a folder (made if missing) without this command's files, unless ``--overwrite``."""
+        out = Path(self.out)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {self.out!r} is a file; world-eval writes a folder (world_eval.json, .md, "
+                             ".png): choose a folder")
+        present = [name for name in OUTPUTS if (out / name).exists()]
+        if present and not self.overwrite:
+            raise ValueError(f"--out {self.out!r} already holds {', '.join(present)}; add --overwrite to replace "
+                             "them, or choose another folder")
 
     def _sde_noise_override(self) -> dict:
         """``--sde-noise`` as the imagined env's keyword arguments ("": the env's own noise level)."""
@@ -135,6 +152,10 @@ def _worlds(args: WorldEvalArgs) -> tuple:
 def main(argv=None) -> dict:
     args = parse_args(WorldEvalArgs, argv, __doc__, prog="cosmos3-gym world-eval")
     import torch  # after the flags: `world-eval --help` loads neither torch nor diffusers
+
+    from .model.threads import configure_threads
+
+    configure_threads(args.threads or None, args.device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model, truth, policies, make_dream, harness_kwargs, metric, (dream_name, truth_name) = _worlds(args)

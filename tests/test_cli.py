@@ -340,6 +340,25 @@ def test_world_eval_takes_its_own_flags(capsys, keep_threads):
         assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_world_eval_checks_goal_device_and_out_before_anything_loads(tmp_path, capsys, keep_threads):
+    """As every command: one line and exit 2, before a model loads; a run's files are kept unless --overwrite."""
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "world_eval.md").write_text("an earlier run")
+    (tmp_path / "a_file").write_text("")
+    cases = [(["--goal", "top-left"], "--goal 'top-left' is not a goal corner; use one of"),
+             (["--out", str(tmp_path / "a_file")], "is a file; world-eval writes a folder"),
+             (["--out", str(tmp_path / "done")], "already holds world_eval.md; add --overwrite"),
+             (["--threads", "-1"], "--threads -1 is too small")]
+    if not torch.cuda.is_available():
+        cases.append((["--device", "cuda", "--out", str(tmp_path / "new")], "no CUDA device is available"))
+    for flags, message in cases:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["world-eval", *flags])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and message in err and "Traceback" not in err
+    assert (tmp_path / "done" / "world_eval.md").read_text() == "an earlier run"
+
+
 @pytest.mark.slow
 def test_world_eval_writes_its_record_table_and_figure(tmp_path, monkeypatch, keep_threads):
     import json

@@ -51,7 +51,8 @@ def parse_args(cls, argv=None, description: str | None = None, prog: str | None 
         if isinstance(field.default, bool):  # the action appends "(default: ...)" itself
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=about)
         else:
-            kind = f"{type(field.default).__name__}, default: %(default)s"
+            shown = "%(default)s" if field.default != "" else '""'  # an empty default shows as ""
+            kind = f"{type(field.default).__name__}, default: {shown}"
             parser.add_argument(flag, type=type(field.default), default=field.default,
                                 help=f"{about} ({kind})" if about else f"({kind})")
     flags = vars(parser.parse_args(argv))
