@@ -69,10 +69,10 @@ def main(args: Args) -> None:
     actions, real_frames, real_coverage = [], [obs], [info["coverage"]]
     for _ in tqdm(range(args.chunks), desc="gym-pusht"):
         actions.append(policy(obs, info, rng))
-        obs, _, terminated, truncated, info = real.step(actions[-1])
+        obs, _, terminated, _, info = real.step(actions[-1])
         real_frames += list(info["frames"])
         real_coverage += list(info["coverages"])
-        if terminated or truncated:
+        if terminated:  # (truncation comes with the last chunk: the loop ends there, its bar full)
             break
     real.close()
 
@@ -83,10 +83,10 @@ def main(args: Args) -> None:
     assert np.array_equal(obs, real_frames[0])  # the same start, bit for bit
     dream_frames, dream_coverage = [obs], [frame_coverage(obs)]  # what the dream reads from its pixels
     for chunk in tqdm(actions, desc="imagined"):
-        obs, _, terminated, truncated, info = dream.step(chunk)
+        obs, _, terminated, _, info = dream.step(chunk)
         dream_frames += list(info["frames"])
         dream_coverage += list(info["coverages"])
-        if terminated or truncated:
+        if terminated:
             break
     dream.close()
 

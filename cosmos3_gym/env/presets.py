@@ -203,6 +203,10 @@ def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]]) -> 
                     f"{_short(unknown[0])}{more}{hint}{listing}")
 
 
+# The world envs' ids (registered by cosmos3_gym.world, a layer above): named where a rollout preset is expected.
+WORLD_ENV_IDS = ("Cosmos3World-v0", "Cosmos3PushT-v0", "ProceduralWorld-v0", "PushT-Twin-v0")
+
+
 def _normalised(fields: dict) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
 
@@ -219,7 +223,11 @@ def load_preset(name: str) -> Preset:
         if name in (data.get("id"), path.name[: -len(".toml")]):
             return _from_file(path, data)
     known = [tomllib.loads(p.read_text()).get("id") for p in preset_files()]
-    raise ValueError(f"unknown preset {_short(name)}; known env ids: {known}")
+    world = ""
+    if name in WORLD_ENV_IDS:
+        world = (f" ({name} is a world env, not a rollout preset: build its vector env and wrap it, e.g. "
+                 "Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(4)) with cosmos3_gym.world.envs, or gym.make_vec)")
+    raise ValueError(f"unknown preset {_short(name)}; known env ids: {known}{world}")
 
 
 def all_presets() -> list[Preset]:

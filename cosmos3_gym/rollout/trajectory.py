@@ -189,6 +189,14 @@ class Trajectory:
                 return False
         return self.metadata() == other.metadata()
 
+    def __repr__(self) -> str:
+        """One line (the dataclass's would print every tensor: 100 000 characters for a small episode)."""
+        mode = f", action_mode={self.action_mode!r}, domain={self.domain!r}" if self.action_mode else ""
+        shapes = ", ".join(f"{name} {tuple(getattr(self, LATENTS[name]).shape)}" for name in self.streams)
+        return (f"Trajectory(prompt={self.prompt!r}, seed={self.seed}, kind={self.kind!r}, "
+                f"num_steps={self.num_steps}{mode}, latents: {shapes}, "
+                f"log_prob_sum={self.log_prob_sums.sum().item():.4f}, weights_version={self.weights_version})")
+
     @property
     def num_steps(self) -> int:
         return self.log_probs.numel()

@@ -68,6 +68,19 @@ def test_huge_explicit_grid_and_unknown_keyword_stay_short():
     assert len(str(err.value)) < 600
 
 
+def test_a_world_env_id_where_a_preset_is_expected_says_how_to_wrap_a_world():
+    import cosmos3_gym
+    from cosmos3_gym.env.presets import WORLD_ENV_IDS
+    from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
+
+    assert set(WORLD_ENV_IDS) == set(cosmos3_gym.WORLD_ENV_IDS) | set(cosmos3_gym.PUSHT_ENV_IDS)  # the registered ones
+    with pytest.raises(ValueError, match=r"is a world env, not a rollout preset: .*Cosmos3SB3VecEnv\(Cosmos3World"):
+        Cosmos3SB3VecEnv.make("Cosmos3World-v0", num_envs=2)
+    with pytest.raises(ValueError) as err:
+        load_preset("Cosmos3Rolout-v0")
+    assert "world env" not in str(err.value)
+
+
 @pytest.mark.parametrize("sigmas,match", [
     ([1.0, 0.6, 0.8, 0.0], "strictly decreasing"), ([1.0, 0.5, 0.5, 0.0], "strictly decreasing"),
     ([1.5, 0.5, 0.2, 0.0], r"\[0, 1\]"), ([1.0, float("nan"), 0.2, 0.0], r"\[0, 1\]"),

@@ -58,6 +58,17 @@ def test_file_is_safetensors_with_json_metadata(make_env, tmp_path):
     assert meta["cond_ids"] and meta["uncond_ids"]
 
 
+def test_a_trajectory_prints_as_one_line_of_its_facts(make_env):
+    env = make_env(num_steps=2)
+    _, _, infos = run_episode(env, seed=3, options={"prompt": "a blue ball falls down"})
+    trajectory = infos[-1]["trajectory"]
+    text = repr(trajectory)
+    shape = tuple(trajectory.latents.shape)
+    assert "\n" not in text and len(text) < 400
+    assert text.startswith("Trajectory(prompt='a blue ball falls down', seed=3, kind='sde', num_steps=2")
+    assert f"video {shape}" in text and f"log_prob_sum={trajectory.log_prob_sums.sum().item():.4f}" in text
+
+
 def test_loading_a_foreign_file_is_refused(tmp_path):
     from safetensors.torch import save_file
 
