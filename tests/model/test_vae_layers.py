@@ -125,6 +125,14 @@ def test_calls_outside_diffusers_patterns_take_diffusers_code():
         conv(x, torch.randn(1, 4, 2, 5, 5))
     with pytest.raises(RuntimeError):
         lean(x, torch.randn(1, 4, 2, 5, 5))
+    # a cache in another dtype: diffusers' torch.cat promotes it (a float32 cache makes a bf16 convolution's
+    # input float32, which it refuses), where a copy into the buffer would round it silently
+    half, half_lean = conv.to(torch.bfloat16), lean.to(torch.bfloat16)
+    with pytest.raises(RuntimeError):
+        half(x.to(torch.bfloat16), x[:, :, -2:])
+    with pytest.raises(RuntimeError):
+        half_lean(x.to(torch.bfloat16), x[:, :, -2:])
+    conv, lean = half.float(), half_lean.float()
     # channels-last input: the same values and layout as diffusers'
     last = x.to(memory_format=torch.channels_last_3d)
     expected, got = conv(last, x[:, :, -2:]), lean(last, x[:, :, -2:])
