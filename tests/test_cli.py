@@ -427,3 +427,11 @@ def test_world_eval_help_loads_neither_torch_nor_diffusers():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert "How far can the dream be trusted?" in result.stdout and ":func:" not in result.stdout
     assert result.stderr.strip().endswith("[]")
+
+
+def test_python_dash_m_runs_the_command_line():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "cosmos3_gym", "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: cosmos3-gym")
