@@ -145,11 +145,14 @@ def demo(args) -> int:
         _writing("--out", video_path(Path(args.out), len(frames)), lambda: write_video(Path(args.out), frames, fps))
         kind = "image (a one-frame env)" if len(frames) == 1 else "video"
         print(f"reward {reward:.4f}  {kind} {video_path(Path(args.out), len(frames))}")
+    elif step_info.get("error"):  # a non-finite latent ended the episode: nothing to decode
+        print(f"reward {reward:.4f}  no video: {step_info['error']}")
     else:  # a reward that reads no frames (reward="none", as inverse dynamics has by default): nothing decoded
         print(f"reward {reward:.4f}  (no frames decoded: this env's reward reads none, so no video was written)")
     if "actions" in step_info:
         actions = np.asarray(step_info["actions"])
-        print(f"generated actions {actions.shape} (the embodiment's units), first: "
+        given = env.unwrapped.preset.task == Task.FORWARD_DYNAMICS  # forward dynamics is given them
+        print(f"{'given' if given else 'generated'} actions {actions.shape} (the embodiment's units), first: "
               f"{np.array2string(actions[0], precision=3, separator=', ')}")
     if args.trajectory:
         _writing("--trajectory", args.trajectory, lambda: step_info["trajectory"].save(args.trajectory))

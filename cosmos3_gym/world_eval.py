@@ -58,7 +58,7 @@ class WorldEvalArgs:
     device: str = ""  # "": cuda where torch sees a GPU, else cpu
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
     overwrite: bool = False  # replace the world_eval files already in --out (kept otherwise: the run is refused)
-    threads: int = 0  # torch's CPU threads (0: 1 on the CPU unless OMP_NUM_THREADS is set, as every command)
+    threads: int = 0  # torch's CPU threads (0: 1 unless OMP_NUM_THREADS is set)
     progress: bool = True  # tqdm bars
 
     def __post_init__(self):
@@ -97,11 +97,20 @@ class WorldEvalArgs:
             check_checkpoint(self.checkpoint)
 
     def _check_out(self) -> None:
-        """``--out`` is a folder (made if missing) without this command's files, unless ``--overwrite``."""
+        """``--out`` is a writable folder (made if missing) without this command's files, unless
+        ``--overwrite``: refused now, not after the evaluation."""
+        import os
+
         out = Path(self.out)
+        if out.is_symlink() and not out.exists():
+            raise ValueError(f"--out {self.out!r} is a link to nothing; choose a folder")
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {self.out!r} is a file; world-eval writes a folder (world_eval.json, .md, "
                              ".png): choose a folder")
+        existing = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"--out {self.out!r}: {str(existing)!r} is not a folder this process can write in; "
+                             "choose another path")
         present = [name for name in OUTPUTS if (out / name).exists()]
         if present and not self.overwrite:
             raise ValueError(f"--out {self.out!r} already holds {', '.join(present)}; add --overwrite to replace "

@@ -48,7 +48,7 @@ class Args:
     clip_range: float = 0.2
     seed: int = 0
     out: str = "out"
-    quick: bool = False  # --iterations 20 (unless given): the reward's rise, in a third of the time
+    quick: bool = False  # --iterations 20 (unless given): a third of the time, ending inside the early dip
     QUICK: ClassVar[dict] = {"iterations": 20}
 
     def __post_init__(self):

@@ -155,6 +155,9 @@ def test_demo_of_an_env_that_decodes_no_frames_prints_its_actions(tmp_path, caps
     printed = capsys.readouterr().out
     assert "no frames decoded" in printed and "generated actions (8, 2)" in printed
     assert not out.exists()
+    assert cli.main(["demo", "--env", "Cosmos3ForwardDynamicsRollout-v0", "--device", "cpu", "--steps", "1",
+                     "--out", str(tmp_path / "fd.mp4")]) == 0
+    assert "given actions (8, 2)" in capsys.readouterr().out  # forward dynamics is given its actions
 
 
 def test_rollout_writes_episodes(tmp_path, capsys, keep_threads):
@@ -295,11 +298,11 @@ def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_f
     assert len(noise_sb3) == 1 and "take no Dict action space" in noise_sb3[0] and not noise_sb3[0].endswith(" ok")
 
 
-def test_world_eval_passes_the_sampler_flags_to_the_imagined_env(keep_threads):
+def test_world_eval_passes_the_sampler_flags_to_the_imagined_env(tmp_path, keep_threads):
     from cosmos3_gym.world_eval import WorldEvalArgs, _worlds
 
     for flags, expected in (({}, (1.0, 0.7)), ({"sde_noise": "0", "guidance": 2.0}, (2.0, 0.0))):
-        dream = _worlds(WorldEvalArgs(device="cpu", progress=False, **flags))[3](2)
+        dream = _worlds(WorldEvalArgs(device="cpu", progress=False, out=str(tmp_path), **flags))[3](2)
         preset = dream.unwrapped.vector.preset
         assert (preset.guidance_scale, preset.noise_level) == expected
         dream.close()
@@ -348,7 +351,10 @@ def test_world_eval_checks_goal_device_and_out_before_anything_loads(tmp_path, c
     cases = [(["--goal", "top-left"], "--goal 'top-left' is not a goal corner; use one of"),
              (["--out", str(tmp_path / "a_file")], "is a file; world-eval writes a folder"),
              (["--out", str(tmp_path / "done")], "already holds world_eval.md; add --overwrite"),
-             (["--threads", "-1"], "--threads -1 is too small")]
+             (["--threads", "-1"], "--threads -1 is too small"),
+             (["--out", str(tmp_path / "a_file" / "sub")], "is not a folder this process can write in")]
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    cases.append((["--out", str(tmp_path / "gone")], "is a link to nothing"))
     if not torch.cuda.is_available():
         cases.append((["--device", "cuda", "--out", str(tmp_path / "new")], "no CUDA device is available"))
     for flags, message in cases:

@@ -203,8 +203,16 @@ def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]]) -> 
                     f"{_short(unknown[0])}{more}{hint}{listing}")
 
 
-# The world envs' ids (registered by cosmos3_gym.world, a layer above): named where a rollout preset is expected.
-WORLD_ENV_IDS = ("Cosmos3World-v0", "Cosmos3PushT-v0", "ProceduralWorld-v0", "PushT-Twin-v0")
+# The world envs (registered by cosmos3_gym.world, a layer above), by id: how to give one to SB3, for the
+# message of a world id passed where a rollout preset is expected.
+_SAME_STEP = "autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP"
+WORLD_ENV_HINTS = {
+    "Cosmos3World-v0": f"Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(4, {_SAME_STEP})) (cosmos3_gym.world.envs)",
+    "Cosmos3PushT-v0": f"Cosmos3SB3VecEnv(Cosmos3PushTVectorEnv(4, {_SAME_STEP})) (cosmos3_gym.world.pusht)",
+    "ProceduralWorld-v0": "SB3's make_vec_env(\"ProceduralWorld-v0\", n_envs=4) (a plain Gymnasium env)",
+    "PushT-Twin-v0": "SB3's make_vec_env(\"PushT-Twin-v0\", n_envs=4) (a plain Gymnasium env)",
+}
+WORLD_ENV_IDS = tuple(WORLD_ENV_HINTS)
 
 
 def _normalised(fields: dict) -> dict:
@@ -224,9 +232,8 @@ def load_preset(name: str) -> Preset:
             return _from_file(path, data)
     known = [tomllib.loads(p.read_text()).get("id") for p in preset_files()]
     world = ""
-    if name in WORLD_ENV_IDS:
-        world = (f" ({name} is a world env, not a rollout preset: build its vector env and wrap it, e.g. "
-                 "Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(4)) with cosmos3_gym.world.envs, or gym.make_vec)")
+    if name in WORLD_ENV_HINTS:
+        world = f" ({name} is a world env, not a rollout preset; for SB3: {WORLD_ENV_HINTS[name]})"
     raise ValueError(f"unknown preset {_short(name)}; known env ids: {known}{world}")
 
 
