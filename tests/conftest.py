@@ -40,3 +40,11 @@ def run_episode(env, seed, actions=None, options=None):
         infos.append(info)
         k += 1
     return obs, reward, infos
+
+
+@pytest.fixture
+def keep_threads():
+    """The command line and the examples set torch's thread count for the process; give the other tests theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

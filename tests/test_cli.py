@@ -31,14 +31,6 @@ def no_run(monkeypatch):
         monkeypatch.setattr(cli, name, must_not_run)
 
 
-@pytest.fixture
-def keep_threads():
-    """The CLI sets torch's thread count for the process; give the other tests theirs back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def cli_error(argv, capsys) -> str:
     """Run the CLI expecting an argparse error; return its message."""
     with pytest.raises(SystemExit) as exit_info:
