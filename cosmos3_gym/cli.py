@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import preset_tables
-from .model.tasks import ROBOT_TASKS, Task
+from .model.tasks import ROBOT_TASKS, TASKS, Task
 
 # The modes of `bench` (the keys of cosmos3_gym.bench.BENCH_MODES, which imports torch: --help does not).
 BENCH_MODES = (str(Task.T2V), str(Task.POLICY), str(Task.FORWARD_DYNAMICS), "world")
@@ -151,7 +151,7 @@ def demo(args) -> int:
         print(f"reward {reward:.4f}  (no frames decoded: this env's reward reads none, so no video was written)")
     if "actions" in step_info:
         actions = np.asarray(step_info["actions"])
-        given = env.unwrapped.preset.task == Task.FORWARD_DYNAMICS  # forward dynamics is given them
+        given = TASKS[env.unwrapped.preset.task].robot_chunk == "given"  # forward dynamics is given them
         print(f"{'given' if given else 'generated'} actions {actions.shape} (the embodiment's units), first: "
               f"{np.array2string(actions[0], precision=3, separator=', ')}")
     if args.trajectory:
@@ -306,15 +306,23 @@ def _prompt(text: str) -> str:
     return text
 
 
-def _check_folder(parser, flag: str, folder: Path) -> None:
-    """Create ``folder`` and prove it writable now, so that a bad path fails before the episode runs."""
+def folder_error(folder: Path) -> str | None:
+    """Why ``folder`` cannot be written (it is made if missing and proven writable with a temporary
+    file), or None: a bad path fails before the work, not after it."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as error:
-        parser.error(f"argument {flag}: cannot write to folder {str(folder)!r} ({error.strerror or error}); "
-                     f"choose a writable path")
+        return f"cannot write to folder {str(folder)!r} ({error.strerror or error}); choose a writable path"
+    return None
+
+
+def _check_folder(parser, flag: str, folder: Path) -> None:
+    """Create ``folder`` and prove it writable now, so that a bad path fails before the episode runs."""
+    error = folder_error(folder)
+    if error:
+        parser.error(f"argument {flag}: {error}")
 
 
 def _check_file(parser, flag: str, path: Path, overwrite: bool) -> None:

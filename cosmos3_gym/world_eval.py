@@ -89,32 +89,29 @@ class WorldEvalArgs:
         if self.goal and self.goal not in GOALS:
             raise ValueError(f"--goal {self.goal!r} is not a goal corner; use one of {list(GOALS)} (quoted), or "
                              "leave it out for a random corner per episode")
-        self._check_out()
         from .model.model import check_checkpoint, checked_device
 
         self.device = str(checked_device(self.device or None, name="--device", cpu_hint="--device cpu"))
         if self.checkpoint:
             check_checkpoint(self.checkpoint)
+        self._check_out()  # last: it makes the folder
 
     def _check_out(self) -> None:
         """``--out`` is a writable folder (made if missing) without this command's files, unless
         ``--overwrite``: refused now, not after the evaluation."""
-        import os
+        from .cli import folder_error
 
         out = Path(self.out)
-        if out.is_symlink() and not out.exists():
-            raise ValueError(f"--out {self.out!r} is a link to nothing; choose a folder")
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {self.out!r} is a file; world-eval writes a folder (world_eval.json, .md, "
                              ".png): choose a folder")
-        existing = next(p for p in (out.absolute(), *out.absolute().parents) if p.exists())
-        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            raise ValueError(f"--out {self.out!r}: {str(existing)!r} is not a folder this process can write in; "
-                             "choose another path")
         present = [name for name in OUTPUTS if (out / name).exists()]
         if present and not self.overwrite:
             raise ValueError(f"--out {self.out!r} already holds {', '.join(present)}; add --overwrite to replace "
                              "them, or choose another folder")
+        error = folder_error(out)
+        if error:
+            raise ValueError(f"--out: {error}")
 
     def _sde_noise_override(self) -> dict:
         """``--sde-noise`` as the imagined env's keyword arguments ("": the env's own noise level)."""

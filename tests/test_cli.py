@@ -344,9 +344,9 @@ def test_world_eval_checks_goal_device_and_out_before_anything_loads(tmp_path, c
              (["--out", str(tmp_path / "a_file")], "is a file; world-eval writes a folder"),
              (["--out", str(tmp_path / "done")], "already holds world_eval.md; add --overwrite"),
              (["--threads", "-1"], "--threads -1 is too small"),
-             (["--out", str(tmp_path / "a_file" / "sub")], "is not a folder this process can write in")]
+             (["--out", str(tmp_path / "a_file" / "sub")], f"cannot write to folder {str(tmp_path / 'a_file' / 'sub')!r}")]
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
-    cases.append((["--out", str(tmp_path / "gone")], "is a link to nothing"))
+    cases.append((["--out", str(tmp_path / "gone")], f"cannot write to folder {str(tmp_path / 'gone')!r}"))
     if not torch.cuda.is_available():
         cases.append((["--device", "cuda", "--out", str(tmp_path / "new")], "no CUDA device is available"))
     for flags, message in cases:

@@ -212,7 +212,6 @@ WORLD_ENV_HINTS = {
     "ProceduralWorld-v0": "SB3's make_vec_env(\"ProceduralWorld-v0\", n_envs=4) (a plain Gymnasium env)",
     "PushT-Twin-v0": "SB3's make_vec_env(\"PushT-Twin-v0\", n_envs=4) (a plain Gymnasium env)",
 }
-WORLD_ENV_IDS = tuple(WORLD_ENV_HINTS)
 
 
 def _normalised(fields: dict) -> dict:

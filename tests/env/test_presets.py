@@ -70,10 +70,10 @@ def test_huge_explicit_grid_and_unknown_keyword_stay_short():
 
 def test_a_world_env_id_where_a_preset_is_expected_says_how_to_wrap_a_world():
     import cosmos3_gym
-    from cosmos3_gym.env.presets import WORLD_ENV_HINTS, WORLD_ENV_IDS
+    from cosmos3_gym.env.presets import WORLD_ENV_HINTS
     from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
 
-    assert set(WORLD_ENV_IDS) == set(cosmos3_gym.WORLD_ENV_IDS) | set(cosmos3_gym.PUSHT_ENV_IDS)  # the registered ones
+    assert set(WORLD_ENV_HINTS) == set(cosmos3_gym.WORLD_ENV_IDS) | set(cosmos3_gym.PUSHT_ENV_IDS)  # the registered ones
     with pytest.raises(ValueError, match=r"is a world env, not a rollout preset; for SB3: Cosmos3SB3VecEnv\(Cos"):
         Cosmos3SB3VecEnv.make("Cosmos3World-v0", num_envs=2)
     # what the hint says runs (the vector envs' hints are evaluated as written, with 2 envs)
