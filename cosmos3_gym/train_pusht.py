@@ -84,11 +84,14 @@ class PushTTrainArgs:
     data_seed: int = 0  # the clips, the held-out split's batches and the batches' draws
     held_out: float = 0.05  # share of episodes held out (their clips are never trained on)
     init_seed: int = 0  # the untrained weights
-    # (then --hidden-size, --layers and --vae-base-dim are the checkpoint's)
+    # (then --hidden-size, --layers, --vae-base-dim and --vae-z-dim are the checkpoint's)
     init_from: str = ""  # a checkpoint whose transformer and VAE to continue training
     hidden_size: int = 192  # the transformer's width (a multiple of 64; the procedural world's model has 128)
     layers: int = 8  # the transformer's layers (the procedural world's model has 4)
     vae_base_dim: int = 16  # the VAE's base channels
+    # (the agent is a 5-pixel disc moving through the 4 frames a latent frame holds: 4 channels keep it in about
+    # 6 of 10 reconstructions; more channels cost the transformer only its patch embedding's width)
+    vae_z_dim: int = VAE_CONFIG["z_dim"]  # the VAE's latent channels
     vae_steps: int = 2000
     vae_batch: int = 8  # clips per VAE step, each a 9-frame canvas of the resolution tier
     vae_lr: float = 1e-3
@@ -121,7 +124,7 @@ class PushTTrainArgs:
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the data
         require_at_least(self, clips=1, clips_per_episode=1, data_workers=1, hidden_size=64, layers=1,
-                         vae_base_dim=4, vae_steps=0, vae_batch=1, steps=0, batch=1, log_every=1)
+                         vae_base_dim=4, vae_z_dim=1, vae_steps=0, vae_batch=1, steps=0, batch=1, log_every=1)
         if self.vae_decoder_only and not self.init_from:
             raise ValueError("--vae-decoder-only fine-tunes a trained decoder, but no --init-from was given; "
                              "add --init-from CHECKPOINT")
@@ -191,12 +194,14 @@ def parse_mix(spec: str) -> dict[str, float]:
 
 
 def sized_configs(args: PushTTrainArgs) -> tuple[dict, dict]:
-    """The tiny model's transformer and VAE configs at ``args``' width, depth and VAE channels."""
-    heads = args.hidden_size // HEAD_DIM
+    """The tiny model's transformer and VAE configs at ``args``' width, depth, VAE channels and latent channels."""
+    heads, z = args.hidden_size // HEAD_DIM, args.vae_z_dim
+    patch = TRANSFORMER_CONFIG["latent_patch_size"]
     transformer = {**TRANSFORMER_CONFIG, "hidden_size": args.hidden_size, "num_attention_heads": heads,
                    "num_key_value_heads": heads // 2, "intermediate_size": 3 * args.hidden_size,
-                   "num_hidden_layers": args.layers}
-    return transformer, {**VAE_CONFIG, "base_dim": args.vae_base_dim}
+                   "num_hidden_layers": args.layers, "latent_channel": z, "patch_latent_dim": patch * patch * z}
+    return transformer, {**VAE_CONFIG, "base_dim": args.vae_base_dim, "z_dim": z, "latents_mean": [0.0] * z,
+                         "latents_std": [1.0] * z}
 
 
 def checkpoint_megabytes(args: PushTTrainArgs) -> float:

@@ -101,10 +101,12 @@ def test_the_loss_on_a_fixed_batch_drops_on_a_tiny_set(clips):
 
 def test_a_run_out_of_time_still_saves_a_checkpoint_the_env_runs(tmp_path):
     """A time budget already spent when training starts: each stage takes one step, logs it and ends;
-    the run saves, records itself, and its checkpoint imagines in Cosmos3PushT-v0 from gym-pusht's frame."""
+    the run saves, records itself, and its checkpoint (8 latent channels) imagines in Cosmos3PushT-v0 from
+    gym-pusht's frame."""
     main(["--device", "cpu", "--hidden-size", "64", "--layers", "1", "--vae-base-dim", "4", "--batch", "2",
           "--clips", "4", "--clips-per-episode", "2", "--held-out", "0.5", "--mix", "push=1", "--data-workers", "1",
-          "--vae-steps", "50", "--vae-batch", "1", "--steps", "50", "--max-minutes", "0.0001", "--out", str(tmp_path)])
+          "--vae-steps", "50", "--vae-batch", "1", "--steps", "50", "--max-minutes", "0.0001", "--vae-z-dim", "8",
+          "--out", str(tmp_path)])
     record = json.loads((tmp_path / "training.json").read_text())
     assert [(r["stage"], r["step"]) for r in record["log"]] == [("vae", 0), ("transformer", 0)]
     assert {"loss", "held_out", "held_out_shuffled"} <= set(record["log"][1])
@@ -114,7 +116,10 @@ def test_a_run_out_of_time_still_saves_a_checkpoint_the_env_runs(tmp_path):
     assert (tmp_path / "training_curve.png").read_bytes()[:4] == b"\x89PNG"
     env = gym.make("Cosmos3PushT-v0", checkpoint=str(tmp_path), num_steps=1, exact_coverage=False, device="cpu")
     obs, _ = env.reset(seed=0)
-    assert env.unwrapped.vector.model.transformer.config.hidden_size == 64
+    model = env.unwrapped.vector.model
+    assert model.transformer.config.hidden_size == 64
+    assert model.vae.config.z_dim == model.transformer.config.latent_channel == 8
+    assert len(model.vae.config.latents_std) == 8 and min(model.vae.config.latents_std) > 0
     np.testing.assert_array_equal(obs, make_pusht().reset(seed=0)[0])
     obs, reward, *_ = env.step(env.action_space.sample())
     env.close()
