@@ -16,8 +16,7 @@ successes whose actions fail when replayed in the truth). One shared model serve
 With ``--world pusht`` the same measurements use :mod:`cosmos3_gym.world.pusht_eval`'s pieces: the
 agent's and the block's position error, block IoU and coverage error per step, random walks of the
 agent's target, PushT's reference policies (``--noise-levels`` in canvas units; a nearest-neighbour
-clone of ``--clone-clips`` scripted pushes made with gym-pusht), ``--horizon`` chunks per episode,
-and the figure's bars show the mean return (successes from gym-pusht's random starts are rare).
+clone of ``--clone-clips`` scripted pushes made with gym-pusht), and the figure's bars show the mean return (successes from gym-pusht's random starts are rare).
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ class WorldEvalArgs:
     guidance: float = 0.0  # classifier-free guidance scale of the imagined world (0: the env's default, Cosmos3World-v0's 1 and Cosmos3PushT-v0's 4; 1: none, half the rows)
     noise_levels: str = ""  # the greedy policies' command noise, comma-separated ("": 0,1,2,4,8; pusht: 0,20,40)
     sde_noise: str = ""  # the imagined world's SDE noise level in [0, 1] ("": the env's, 0.7; 0: deterministic)
-    horizon: int = 8  # pusht: chunks of 8 gym-pusht actions per episode (gym-pusht's own 300 steps are 38)
+    horizon: int = 8  # chunks per episode in both worlds (8: the procedural worlds' default; gym-pusht's 300 steps are 38)
     clone_clips: int = 400  # pusht: scripted pushes (gym-pusht) the nearest-neighbour clone policy learns from
     goal: str = ""  # "" a random corner per episode (the scripted policies read it from the prompt), or e.g. "top left"
     seed: int = 0  # reset seeds seed ..; also the shuffle, the random actions and the bootstrap
@@ -70,8 +69,8 @@ class WorldEvalArgs:
         if self.world == "pusht":
             require_gym_pusht("--world pusht")
         defaults = {f.name: f.default for f in fields(self)}
-        if self.world != "pusht" and (self.horizon, self.clone_clips) != (defaults["horizon"], defaults["clone_clips"]):
-            raise ValueError("--horizon and --clone-clips are PushT's; add --world pusht or leave them out")
+        if self.world != "pusht" and self.clone_clips != defaults["clone_clips"]:
+            raise ValueError("--clone-clips is PushT's; add --world pusht or leave it out")
         self.noise_levels = self.noise_levels or ("0,20,40" if self.world == "pusht" else "0,1,2,4,8")
         if self.disagreement == 1 or self.disagreement < 0:
             raise ValueError(f"--disagreement {self.disagreement}: use 0 (off) or a number of samples >= 2")
@@ -148,10 +147,11 @@ def _worlds(args: WorldEvalArgs) -> tuple:
                 pusht_harness_kwargs(), "return", ("Cosmos3PushT-v0", "PushT-Twin-v0 (gym-pusht)"))
     model = (Cosmos3Model.from_pretrained(args.checkpoint, device=args.device) if args.checkpoint
              else Cosmos3Model.embedded(device=args.device))
-    truth = gym.make("ProceduralWorld-v0", goal=goal)
+    truth = gym.make("ProceduralWorld-v0", goal=goal, horizon=args.horizon)
     policies = scripted_policies(chunk=truth.action_space.shape[0], noise_levels=args.noise_list)
     return (model, truth, policies, lambda n: gym.make("Cosmos3World-v0", num_steps=n, goal=goal, model=model,
-                                                       disagreement=args.disagreement, **sampler),
+                                                       horizon=args.horizon, disagreement=args.disagreement,
+                                                       **sampler),
             {}, "success", ("Cosmos3World-v0", "ProceduralWorld-v0"))
 
 
@@ -174,7 +174,7 @@ def main(argv=None) -> dict:
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
     goal_flag = f" --goal {args.goal!r}" if args.goal else ""
     pusht_flags = f" --world pusht --horizon {args.horizon} --clone-clips {args.clone_clips}" \
-        if args.world == "pusht" else ""
+        if args.world == "pusht" else (f" --horizon {args.horizon}" if args.horizon != WorldEvalArgs.horizon else "")
     guidance_flag = (f" --guidance {args.guidance:g}" if args.guidance else "") + \
         (f" --sde-noise {args.sde_noise}" if args.sde_noise else "")
     header = (f"# cosmos3-gym world-eval{pusht_flags} --episodes {args.episodes} --num-steps {args.num_steps}"

@@ -323,7 +323,7 @@ def test_world_eval_takes_its_own_flags(capsys, keep_threads):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["world-eval", "--episodes", "1"])
     assert exit_.value.code == 2 and "--episodes 1 is too small; use 2 or more" in capsys.readouterr().err
-    for flags, message in ((["--horizon", "4"], "--horizon and --clone-clips are PushT's"),
+    for flags, message in ((["--clone-clips", "4"], "--clone-clips is PushT's"),
                            (["--noise-levels", "0,-1"], "--noise-levels 0,-1: use distinct values >= 0"),
                            (["--noise-levels", "1,1"], "--noise-levels 1,1: use distinct values >= 0"),
                            (["--guidance", "0.5"], "--guidance 0.5: use 0 (the env's default) or a finite scale >= 1"),
@@ -368,10 +368,13 @@ def test_world_eval_writes_its_record_table_and_figure(tmp_path, monkeypatch, ke
                         lambda **kw: {k: v for k, v in policies(**kw).items() if k in ("greedy", "away")})
     monkeypatch.setattr(world_eval.gym, "make", lambda env_id, **kw: made.append((env_id, kw)) or make(env_id, **kw))
     assert cli.main(["world-eval", "--episodes", "2", "--num-steps", "1", "--noise-levels", "0", "--guidance", "4",
-                     "--out", str(tmp_path), "--no-progress", "--device", "cpu"]) == 0
+                     "--horizon", "2", "--out", str(tmp_path), "--no-progress", "--device", "cpu"]) == 0
     record = json.loads((tmp_path / "world_eval.json").read_text())
     assert [kw["guidance_scale"] for env_id, kw in made if env_id == "Cosmos3World-v0"] == [4.0]
+    assert [kw["horizon"] for _, kw in made] == [2, 2]  # both worlds
+    assert record["records"]["num_steps=1"]["sensitivity"]["horizon"] == 2
     assert (tmp_path / "world_eval.md").read_text().count("| greedy |") == 1
+    assert "world-eval --horizon 2 --episodes 2 " in (tmp_path / "world_eval.md").read_text().splitlines()[0]
     assert "--guidance 4 " in (tmp_path / "world_eval.md").read_text().splitlines()[0]
     assert (tmp_path / "world_eval.png").read_bytes()[:4] == b"\x89PNG" and record
 
