@@ -16,8 +16,8 @@ ray = pytest.importorskip("ray")
 from cosmos3_gym.env.ray_env import Cosmos3RayVectorEnv  # noqa: E402
 
 STEPS = 3
-# One local Ray instance per test process: under pytest-xdist these tests share one worker.
-pytestmark = pytest.mark.xdist_group("ray")
+# One local Ray instance per test process: under pytest-xdist this file's tests share one worker
+# (make test runs them with --dist loadfile).
 
 
 @pytest.fixture(scope="module")
