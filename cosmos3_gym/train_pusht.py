@@ -36,6 +36,7 @@ Writes a diffusers-layout checkpoint (``gym.make("Cosmos3PushT-v0", checkpoint=O
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -84,8 +85,7 @@ class PushTTrainArgs:
     data_seed: int = 0  # the clips, the held-out split's batches and the batches' draws
     held_out: float = 0.05  # share of episodes held out (their clips are never trained on)
     init_seed: int = 0  # the untrained weights
-    # (then --hidden-size, --layers, --vae-base-dim and --vae-z-dim are the checkpoint's)
-    init_from: str = ""  # a checkpoint whose transformer and VAE to continue training
+    init_from: str = ""  # a checkpoint whose transformer and VAE to continue training (the four sizes below are its)
     hidden_size: int = 192  # the transformer's width (a multiple of 64; the procedural world's model has 128)
     layers: int = 8  # the transformer's layers (the procedural world's model has 4)
     vae_base_dim: int = 16  # the VAE's base channels
@@ -151,6 +151,7 @@ class PushTTrainArgs:
         if self.imagined_every and not self.imagined_conditions:
             raise ValueError("--imagined-every refreshes the imagined conditions, but --imagined-conditions is 0; "
                              "give it a share in (0, 1]")
+        self._take_checkpoint_sizes()
         if self.clips_file and not Path(self.clips_file).is_file():
             raise ValueError(f"--clips-file {self.clips_file} is not a file; write one with "
                              "python -m cosmos3_gym.world.pusht_data --out FILE.npz")
@@ -165,8 +166,25 @@ class PushTTrainArgs:
                              f"(heads of {HEAD_DIM}, two per key-value head)")
         if not self.init_from and checkpoint_megabytes(self) > MAX_MEGABYTES:
             raise ValueError(f"--hidden-size {self.hidden_size} --layers {self.layers} --vae-base-dim "
-                             f"{self.vae_base_dim} make a {checkpoint_megabytes(self):.1f} MB checkpoint, more than "
-                             f"{MAX_MEGABYTES:g} MB; use fewer layers or a smaller width")
+                             f"{self.vae_base_dim} --vae-z-dim {self.vae_z_dim} make a "
+                             f"{checkpoint_megabytes(self):.1f} MB checkpoint, more than {MAX_MEGABYTES:g} MB; use "
+                             "fewer layers, a smaller width or fewer latent channels")
+
+    def _take_checkpoint_sizes(self) -> None:
+        """With ``--init-from``, the sizes are the checkpoint's: a size flag that names another is refused, and the
+        record states the sizes trained rather than the flags' defaults."""
+        configs = {part: Path(self.init_from) / part / "config.json" for part in ("transformer", "vae")}
+        if not self.init_from or not all(path.is_file() for path in configs.values()):
+            return  # no checkpoint, or one that check_checkpoint refuses when it loads
+        transformer, vae = (json.loads(configs[part].read_text()) for part in ("transformer", "vae"))
+        defaults = {field.name: field.default for field in dataclasses.fields(self)}
+        sizes = {"hidden_size": transformer.get("hidden_size"), "layers": transformer.get("num_hidden_layers"),
+                 "vae_base_dim": vae.get("base_dim"), "vae_z_dim": vae.get("z_dim")}
+        for name, value in sizes.items():
+            if getattr(self, name) not in (defaults[name], value):
+                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: --init-from {self.init_from} "
+                                 f"has {value}; leave the flag out (a continued run keeps the checkpoint's sizes)")
+            setattr(self, name, value)
 
     # what the env feeds the model, for world_model.training_batch: the env's, never flags
     @property

@@ -9,14 +9,16 @@ For each number of denoising steps per imagined chunk (``--num-steps``, comma-se
 ``Cosmos3World-v0``'s default), :func:`cosmos3_gym.world.harness.evaluate_world` runs the imagined
 world against its twin over reset seeds ``seed .. seed + episodes - 1``: action sensitivity (the
 imagined-vs-true object-centre error under the true, shuffled and zero actions, per step of the
-horizon), the procedural world's scripted policies in both worlds (success and return with
-bootstrap intervals; Pearson r, Spearman rho, MMRV across policies) and the exploit rate (imagined
-successes whose actions fail when replayed in the truth). One shared model serves every setting.
+horizon: ``--horizon`` chunks per episode in both worlds), the procedural world's scripted policies
+in both worlds (success and return with bootstrap intervals; Pearson r, Spearman rho, MMRV across
+policies) and the exploit rate (imagined successes whose actions fail when replayed in the truth).
+One shared model serves every setting.
 
 With ``--world pusht`` the same measurements use :mod:`cosmos3_gym.world.pusht_eval`'s pieces: the
 agent's and the block's position error, block IoU and coverage error per step, random walks of the
 agent's target, PushT's reference policies (``--noise-levels`` in canvas units; a nearest-neighbour
-clone of ``--clone-clips`` scripted pushes made with gym-pusht), and the figure's bars show the mean return (successes from gym-pusht's random starts are rare).
+clone of ``--clone-clips`` scripted pushes made with gym-pusht), and the figure's bars show the mean
+return (successes from gym-pusht's random starts are rare).
 """
 
 from __future__ import annotations

@@ -1,5 +1,3 @@
-import os
-
 import gymnasium as gym
 import pytest
 import torch
@@ -10,9 +8,6 @@ from cosmos3_gym.model.model import Cosmos3Model
 # One intra-op thread: the tiny model's ops are too small to gain from more, and on a busy
 # machine torch's spinning worker threads slow everything 50-200x (see README, "Threads").
 torch.set_num_threads(1)
-# The same for the processes tests start (the notebook's kernel, fresh interpreters), which would
-# otherwise spin a thread per core beside the other test workers.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

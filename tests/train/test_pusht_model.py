@@ -15,8 +15,8 @@ pytest.importorskip("gym_pusht")
 from cosmos3_gym.model.tasks import checked_domain  # noqa: E402
 from cosmos3_gym.train.world_model import trainable_model, training_batch  # noqa: E402
 from cosmos3_gym.train_pusht import TABLE_LEVEL, PushTTrainArgs, fixed_batch, foreground, held_out_losses, \
-    imagined_pool, latent_foreground, main, pusht_components, pusht_pool, successors, train_transformer, \
-    weighted_mse  # noqa: E402
+    imagined_pool, latent_foreground, main, pusht_components, pusht_pool, sized_configs, successors, \
+    train_transformer, weighted_mse  # noqa: E402
 from cosmos3_gym.world.pusht import PROMPT, Cosmos3PushTVectorEnv, PushTTwinEnv, model_actions  # noqa: E402
 from cosmos3_gym.world.pusht_coverage import AGENT, BLOCK_FILL, WHITE, make_pusht  # noqa: E402
 from cosmos3_gym.world.pusht_data import Clips, generate  # noqa: E402
@@ -126,6 +126,12 @@ def test_a_run_out_of_time_still_saves_a_checkpoint_the_env_runs(tmp_path):
     assert obs.shape == (96, 96, 3) and obs.dtype == np.uint8 and np.isfinite(reward)
 
 
+def test_the_latent_channels_size_the_vae_its_statistics_and_the_transformers_patches():
+    transformer, vae = sized_configs(PushTTrainArgs(device="cpu", vae_z_dim=8))
+    assert vae["z_dim"] == transformer["latent_channel"] == 8 and transformer["patch_latent_dim"] == 2 * 2 * 8
+    assert vae["latents_mean"] == [0.0] * 8 and vae["latents_std"] == [1.0] * 8
+
+
 @pytest.mark.parametrize("flag", ["--foreground-weight", "--latent-foreground-weight", "--condition-noise"])
 def test_a_weight_or_noise_that_is_not_a_finite_number_is_refused(tmp_path, capsys, flag):
     for value in ("inf", "nan", "-1"):
@@ -165,8 +171,14 @@ def test_a_decoder_only_run_keeps_the_encoder_its_statistics_and_the_transformer
         configs[0]["latents_std"] == configs[1]["latents_std"]
     weights = [load_file(run / "transformer" / "diffusion_pytorch_model.safetensors") for run in (first, tuned)]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
-    assert [(r["stage"], r["step"]) for r in json.loads((tuned / "training.json").read_text())["log"]] == [("vae", 0), ("vae", 2)]
+    record = json.loads((tuned / "training.json").read_text())
+    assert [(r["stage"], r["step"]) for r in record["log"]] == [("vae", 0), ("vae", 2)]
+    # the sizes it records are the checkpoint's, not the flags' defaults (192, 8, 16, 4)
+    assert [record["args"][name] for name in ("hidden_size", "layers", "vae_base_dim", "vae_z_dim")] == [64, 1, 4, 4]
     for flags, message in ((["--vae-decoder-only", "--vae-steps", "3"], "no --init-from was given"),
+                           (["--init-from", str(first), "--vae-z-dim", "16"],
+                            f"--vae-z-dim 16: --init-from {first} has 4; leave the flag out"),
+                           (["--init-from", str(first), "--hidden-size", "128"], "--hidden-size 128: --init-from"),
                            (["--vae-decoder-only", "--init-from", str(first), "--vae-steps", "0"],
                             "--vae-decoder-only with --vae-steps 0 trains nothing"),
                            (["--steps", "0"], "--steps 0 (no transformer training) is for --vae-decoder-only")):
