@@ -31,9 +31,7 @@ $(VENV)/.installed: $(VENV)/.created setup.cfg pyproject.toml
 	touch $@
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist) of one torch thread each, a test file's
-# tests in one of them (--dist loadfile): one local Ray instance at a time, each module's fixtures
-# built once. (xdist's loadgroup does not group under pytest 9, whose node ids it cannot rename.)
-# `make test TEST_WORKERS=0` runs it in this process.
+# tests in one of them (setup.cfg's). `make test TEST_WORKERS=0` runs it in this process.
 TEST_WORKERS ?= 2
 
 .PHONY: demo dev test test-quick
@@ -45,8 +43,8 @@ demo: $(VENV)/.installed-examples
 dev: $(VENV)/.installed
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
 
 # Without the tests marked slow (examples, notebook, README snippets, Ray workers, full world-eval runs).
 test-quick: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests

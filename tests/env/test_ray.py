@@ -17,7 +17,7 @@ from cosmos3_gym.env.ray_env import Cosmos3RayVectorEnv  # noqa: E402
 
 STEPS = 3
 # One local Ray instance per test process: under pytest-xdist this file's tests share one worker
-# (make test runs them with --dist loadfile).
+# (setup.cfg's --dist loadfile).
 
 
 @pytest.fixture(scope="module")
