@@ -31,7 +31,7 @@ $(VENV)/.installed: $(VENV)/.created setup.cfg pyproject.toml
 	touch $@
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist) of one torch thread each, a test file's
-# tests in one of them (setup.cfg's). `make test TEST_WORKERS=0` runs it in this process.
+# tests in one of them (setup.cfg's --dist loadfile). `make test TEST_WORKERS=0` runs it in this process.
 TEST_WORKERS ?= 2
 
 .PHONY: demo dev test test-quick
