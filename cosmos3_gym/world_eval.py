@@ -164,8 +164,7 @@ def main(argv=None) -> dict:
     from .model.threads import configure_threads
 
     configure_threads(args.threads or None, args.device)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)  # made and proven writable by the flags' check
     model, truth, policies, make_dream, harness_kwargs, metric, (dream_name, truth_name) = _worlds(args)
     records, started, cpu = {}, time.perf_counter(), time.process_time()
     for num_steps in args.steps_list:

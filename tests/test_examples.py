@@ -115,8 +115,8 @@ def test_a_budget_too_small_or_a_missing_checkpoint_is_refused_before_anything_l
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_explore_notebook_executes(tmp_path, monkeypatch):
-    # the kernel's torch on one thread, as each test worker's (set for the kernel's process only: the CLI tests
-    # here read OMP_NUM_THREADS); beside the other worker it took 38 s on every core, 11 s on one
+    # the kernel's torch on one thread, as each test worker's (set for this test alone: the examples run in
+    # this process read OMP_NUM_THREADS); beside the other worker it took 38 s on every core, 11 s on one
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     notebook = nbformat.read(EXAMPLES / "explore.ipynb", as_version=4)
     NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
