@@ -53,8 +53,8 @@ from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_compone
     save_checkpoint, scale_action_heads
 from .train.args import parse_args, require_at_least, require_finite_non_negative
 from .train.world_model import CONDITION_NOISE_MEANING, NUM_FRAMES, ActionPool, _fused, _lr, _update, \
-    canvas_reconstruction, draw_tasks, flow_matching_loss, parse_task_weights, schedule_step, train_step, \
-    trainable_model, training_batch, write_record
+    canvas_reconstruction, draw_tasks, flow_matching_loss, latent_cells, parse_task_weights, schedule_step, \
+    train_step, trainable_model, training_batch, write_record
 from .world.pusht import CHUNK, PROMPT, Cosmos3PushTVectorEnv, model_actions
 from .world.pusht_coverage import SIZE
 from .world.pusht_data import DEFAULT_MIX, KINDS, Clips, generate
@@ -335,15 +335,8 @@ def latent_statistics(model, frames: np.ndarray, resolution_tier: int) -> tuple[
 
 def latent_foreground(model, clips: np.ndarray) -> torch.Tensor:
     """``[B, 1, T, h, w]``, 1.0 where a latent element of uint8 ``clips`` ``[B, F, H, W, 3]`` sees a pixel
-    that is not the table (:func:`foreground`), else 0.0: the pixel mask max-pooled over each latent
-    element's frames (the first alone, then groups of the VAE's temporal compression; it is causal)
-    and its spatial cell."""
-    mask = foreground(clips, "cpu")
-    batch, _, frames, height, width = mask.shape
-    step, cell = model.temporal_compression, model.spatial_compression
-    later = mask[:, :, 1:].reshape(batch, 1, (frames - 1) // step, step, height, width).amax(dim=3)
-    per_frame = torch.cat([mask[:, :, :1], later], dim=2)
-    return torch.nn.functional.max_pool3d(per_frame, kernel_size=(1, cell, cell))
+    that is not the table (:func:`foreground`), else 0.0 (:func:`~cosmos3_gym.train.world_model.latent_cells`)."""
+    return latent_cells(model, foreground(clips, "cpu"))
 
 
 @torch.no_grad()

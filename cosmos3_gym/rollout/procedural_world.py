@@ -284,9 +284,9 @@ class Detection:
     color_purity: float  # fraction of object pixels nearest to the detected colour
 
 
-def _object_pixels(frame: np.ndarray) -> np.ndarray:
-    """Pixels that stand out from the dark background."""
-    return frame.max(axis=-1) > 90
+def object_pixels(frames: np.ndarray) -> np.ndarray:
+    """Pixels of uint8 ``frames`` ``[..., H, W, 3]`` that stand out from the dark background: the object."""
+    return frames.max(axis=-1) > 90
 
 
 def _centroid(mask: np.ndarray) -> tuple[float, float] | None:
@@ -302,7 +302,7 @@ def locate(frame: np.ndarray) -> tuple[float, float] | None:
     None where :func:`detect` finds no object: its ``position`` without the colour vote, which costs
     most of a large frame's detection and which a reward that needs the position alone would discard."""
     frame = np.asarray(frame)
-    found = _centroid(_object_pixels(frame))
+    found = _centroid(object_pixels(frame))
     if found is None:
         return None
     height, width = frame.shape[:2]
@@ -320,7 +320,7 @@ def detect(frames: np.ndarray, min_motion: float = 2.0) -> Detection:
     names = list(COLORS)
     centroids, votes = [], []
     for frame in frames:
-        mask = _object_pixels(frame)
+        mask = object_pixels(frame)
         centroids.append(_centroid(mask))
         if centroids[-1] is not None:
             votes.append(_nearest_color(frame[mask].astype(np.float32)))

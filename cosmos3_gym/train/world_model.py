@@ -42,7 +42,7 @@ from ..model.packing import RowSpec, to_device
 from ..model.tasks import ROBOT_TASKS, Task, checked_domain
 from ..model.tasks import TASKS as TASK_TABLE
 from ..model.tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
-from ..rollout.procedural_world import ACTION_KINDS, action_chunks, dataset
+from ..rollout.procedural_world import ACTION_KINDS, action_chunks, dataset, object_pixels
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
 CONDITION_NOISE_MEANING = ("the largest standard deviation of the noise added to forward dynamics' condition latent; "
@@ -66,6 +66,8 @@ class TrainArgs:
     uncond_prob: float = 0.1
     # (in closed loop the env conditions the model on its own imagined frames, never on clean ones)
     condition_noise: float = 0.0  # forward dynamics' condition latent + N(0, s^2), s ~ U(0, this) per clip
+    # (the object is a few percent of a frame, and where it ends up is what the world's success reads)
+    latent_foreground_weight: float = 0.0  # dynamics loss weight 1 + this where a latent element sees the object
     log_every: int = 50
     max_minutes: float = 0.0  # > 0: end the transformer stage once the whole run has taken this long
     init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
@@ -93,7 +95,8 @@ class TrainArgs:
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
-        require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING)
+        require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
+                                    latent_foreground_weight="0: every element weighted alike")
         if self.vae_canvas_batch and 0 < self.vae_steps < self.vae_canvas_every:
             raise ValueError(f"--vae-canvas-every {self.vae_canvas_every} is more than --vae-steps {self.vae_steps}: "
                              f"the canvas term would come at step 0 alone; use at most {self.vae_steps}, or "
@@ -276,6 +279,16 @@ def task_schedule(args: TrainArgs, rng: np.random.Generator) -> list[str]:
     return schedule + draw_tasks(args.task_weights, args.steps - len(schedule), rng)
 
 
+def latent_cells(model: Cosmos3Model, mask: torch.Tensor) -> torch.Tensor:
+    """A pixel mask ``[B, 1, F, H, W]`` (1.0 marked) at the latent grid ``[B, 1, T, h, w]``: an element is
+    marked where any pixel of its frames (the first alone, then groups of the VAE's temporal
+    compression: it is causal) and of its spatial cell is; where a loss weights what the mask marks."""
+    batch, _, frames, height, width = mask.shape
+    step, cell = model.temporal_compression, model.spatial_compression
+    later = mask[:, :, 1:].reshape(batch, 1, (frames - 1) // step, step, height, width).amax(dim=3)
+    return torch.nn.functional.max_pool3d(torch.cat([mask[:, :, :1], later], dim=2), kernel_size=(1, cell, cell))
+
+
 @dataclass
 class ActionPool:
     """Played-out chunks of the action world, encoded once with
@@ -290,19 +303,26 @@ class ActionPool:
 
     @classmethod
     @torch.no_grad()
-    def build(cls, model: Cosmos3Model, count: int, mix: dict[str, float], seed: int, tier: int, device
-              ) -> "ActionPool":
-        """``count`` chunks, each of a kind drawn from ``mix`` (kind -> weight)."""
+    def build(cls, model: Cosmos3Model, count: int, mix: dict[str, float], seed: int, tier: int, device,
+              foreground_weight: float = 0.0) -> "ActionPool":
+        """``count`` chunks, each of a kind drawn from ``mix`` (kind -> weight); with
+        ``foreground_weight``, the loss weights ``1 + foreground_weight`` on the latent elements that see
+        the object (:func:`latent_cells` of :func:`~cosmos3_gym.rollout.procedural_world.object_pixels`)."""
         from tqdm import tqdm
 
         rng, chunk = np.random.default_rng(seed), NUM_FRAMES - 1
-        prompts, latents, commands = [], [], []
+        prompts, latents, commands, weights = [], [], [], []
         for start in tqdm(range(0, count, 32), desc=f"action pool {','.join(mix)}"):
             tasks, frames, moves = action_chunks(rng, min(32, count - start), chunk, mix=mix)
             latents.append(model.encode_action_clips(frames, tier, NUM_FRAMES))
             prompts += [task.prompt for task in tasks]
             commands.append(torch.from_numpy(moves))
-        return cls(prompts, torch.cat(latents), torch.cat(commands).to(device))
+            if foreground_weight:
+                mask = torch.from_numpy(object_pixels(frames)).float().unsqueeze(1)  # [B, 1, F, H, W]
+                weights.append(1.0 + foreground_weight * latent_cells(model, mask))
+        latents = torch.cat(latents)
+        return cls(prompts, latents, torch.cat(commands).to(device),
+                   torch.cat(weights).to(latents.device) if weights else None)
 
     def take(self, index: np.ndarray) -> "ActionPool":
         """The chunks at ``index`` (host integers; repeats allowed), every field alike."""
@@ -438,7 +458,8 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     pools = {}
     if {Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS} & set(schedule):
         pools["dynamics"] = ActionPool.build(model, args.action_pool, parse_action_mix(args.action_mix),
-                                             args.data_seed * 1_000_003 + 3 * 10**6, args.resolution_tier, args.device)
+                                             args.data_seed * 1_000_003 + 3 * 10**6, args.resolution_tier, args.device,
+                                             args.latent_foreground_weight)
     if Task.POLICY in schedule:
         pools["expert"] = ActionPool.build(model, args.action_pool // 2, {"expert": 1.0},
                                            args.data_seed * 1_000_003 + 4 * 10**6, args.resolution_tier, args.device)
