@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import cosmos3_gym  # noqa: F401  (registers the envs)
-from cosmos3_gym.rollout.procedural_world import draw, locate, push, task_reward
+from cosmos3_gym.rollout.procedural_world import locate
 from cosmos3_gym.world.envs import ProceduralWorldEnv
 from cosmos3_gym.world.harness import evaluate_world, key_numbers, scripted_policies
 
@@ -35,40 +35,27 @@ class NoisyTwin(ProceduralWorldEnv):
         super().__init__(**kwargs)
         self.sigma, self.errors = sigma, []
 
-    def step(self, action):
-        half = self.size - 1.0
-        centres = push(self.task, self.position, np.asarray(action, np.float64), self.size)
+    def _centres(self, action):
+        centres = super()._centres(action)
         offset = self.np_random.normal(0.0, self.sigma, 2)
-        centres = np.clip(centres + offset * (np.arange(1, len(centres) + 1) / len(centres))[:, None], 1.0, half)
         self.errors.append(float(np.hypot(*offset)))
-        return self._show(centres)
-
-    def _show(self, centres, frames=None):
-        frames = np.stack([draw(self.task, tuple(c), self.size) for c in centres]) if frames is None else frames
-        reward, success = task_reward(self.frame, frames, self.task.goal)
-        t = self.t + 1
-        self.position, self.frame = tuple(centres[-1]), frames[-1]
-        truncated = t >= self.horizon and not success
-        self.t = None if success or truncated else t
-        return self.frame.copy(), reward, success, truncated, {
-            "prompt": self.task.prompt, "frames": frames, "position": self.position, "success": success}
+        return np.clip(centres + offset * (np.arange(1, len(centres) + 1) / len(centres))[:, None], 1.0, self.size - 1.0)
 
 
-class VaeRoundTrip(NoisyTwin):
+class VaeRoundTrip(ProceduralWorldEnv):
     """The twin seen through the VAE: each chunk (after the true frame before it) encoded and decoded."""
 
     def __init__(self, vae, **kwargs):
-        super().__init__(0.0, **kwargs)
-        self.vae, self.true_frame = vae, None
+        super().__init__(**kwargs)
+        self.vae, self.true_frame, self.errors = vae, None, []
 
     def reset(self, **kwargs):
         obs, info = super().reset(**kwargs)
         self.true_frame = obs
         return obs, info
 
-    def step(self, action):
-        centres = push(self.task, self.position, np.asarray(action, np.float64), self.size)
-        true = np.stack([draw(self.task, tuple(c), self.size) for c in centres])
+    def _frames(self, centres):
+        true = super()._frames(centres)
         clip = np.concatenate([self.true_frame[None], true])
         pixels = torch.from_numpy(clip[None]).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0  # [1, 3, F, H, W]
         with torch.no_grad():
@@ -78,7 +65,7 @@ class VaeRoundTrip(NoisyTwin):
         if a is not None and b is not None:
             self.errors.append(float(np.hypot(a[0] - b[0], a[1] - b[1]) * self.size))
         self.true_frame = true[-1]
-        return self._show(centres, seen)
+        return seen
 
 
 def main() -> None:

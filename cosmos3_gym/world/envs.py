@@ -107,8 +107,8 @@ class ProceduralWorldEnv(gym.Env):
         if self.task is None or self.t is None:
             raise RuntimeError("call reset() before step() (and after an episode ends)")
         action = checked_action(action, self.action_space, bounds_hint=COMMAND_HINT).numpy()
-        centres = push(self.task, self.position, action, self.size)
-        frames = np.stack([draw(self.task, tuple(c), self.size) for c in centres])
+        centres = self._centres(action)
+        frames = self._frames(centres)
         reward, success = task_reward(self.frame, frames, self.task.goal)
         t = self.t + 1
         self.position, self.frame = tuple(centres[-1]), frames[-1]
@@ -119,6 +119,15 @@ class ProceduralWorldEnv(gym.Env):
 
     def render(self):
         return None if not can_render(self) or self.task is None else self.frame.copy()
+
+    # hooks for a world that is this one seen otherwise (benchmarks/world_eval_error_bound.py's stand-ins)
+    def _centres(self, action: np.ndarray) -> np.ndarray:
+        """The object's centres ``[chunk, 2]`` after each command of the checked ``action``."""
+        return push(self.task, self.position, action, self.size)
+
+    def _frames(self, centres: np.ndarray) -> np.ndarray:
+        """The chunk's frames ``[chunk, size, size, 3]``, whose detected object is the reward's and the next step's."""
+        return np.stack([draw(self.task, tuple(c), self.size) for c in centres])
 
 
 class Cosmos3WorldVectorEnv(AutoresetVectorEnv):

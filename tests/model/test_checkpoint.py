@@ -236,6 +236,8 @@ def test_flow_matching_loss_with_weights_is_their_weighted_mean_error():
     (["--vae-canvas-every", "0"], "--vae-canvas-every 0 is too small; use 1 or more"),
     (["--vae-steps", "8", "--vae-canvas-every", "9"], "--vae-canvas-every 9 is more than --vae-steps 8: the canvas "
                                                       "term would come at step 0 alone; use at most 8"),
+    *[([flag, value], f"{flag} {float(value)} is not a finite number >= 0")
+      for flag in ("--condition-noise", "--latent-foreground-weight") for value in ("-0.1", "nan", "inf")],
 ])
 def test_trainer_refuses_a_bad_schedule_before_anything_loads(tmp_path, capsys, flags, message):
     from cosmos3_gym.train.world_model import main
