@@ -51,7 +51,8 @@ from .model.model import check_checkpoint, checked_device, load_component
 from .model.tasks import ROBOT_TASKS, Task
 from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_components, build_tiny_tokenizer, \
     save_checkpoint, scale_action_heads
-from .train.args import parse_args, require_at_least, require_finite_non_negative
+from .train.args import parse_args, refuse_to_replace_a_checkpoint, require_at_least, \
+    require_finite_non_negative
 from .train.world_model import CONDITION_NOISE_MEANING, NUM_FRAMES, ActionPool, _fused, _lr, _update, \
     canvas_reconstruction, draw_tasks, flow_matching_loss, latent_cells, parse_task_weights, schedule_step, \
     train_step, trainable_model, training_batch, write_record
@@ -74,6 +75,7 @@ ENV_DOMAIN = ENV_DEFAULTS["domain"]
 @dataclass
 class PushTTrainArgs:
     out: str = "out/pusht"
+    overwrite: bool = False  # replace a checkpoint already in --out
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     clips: int = 6000  # gym-pusht clips of 8 actions (9 frames) to generate (cosmos3_gym.world.pusht_data)
     # (then --clips, --mix, --near-goal and --clips-per-episode are the file's)
@@ -134,6 +136,7 @@ class PushTTrainArgs:
             raise ValueError("--steps 0 (no transformer training) is for --vae-decoder-only, which keeps the latents "
                              "the transformer learned; a whole new VAE needs a transformer trained on its latents")
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
+        refuse_to_replace_a_checkpoint(self.out, self.overwrite)
         parse_mix(self.mix)
         require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
                                     foreground_weight="0: every element weighted alike",

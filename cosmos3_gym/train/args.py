@@ -72,6 +72,16 @@ def require_at_least(args, **minimums) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value} is too small; use {minimum} or more")
 
 
+def refuse_to_replace_a_checkpoint(out: str, overwrite: bool) -> None:
+    """A trainer's ``--out`` that already holds a checkpoint is refused before anything trains, unless
+    ``--overwrite``: a run does not silently replace weights someone kept (the shipped ones included)."""
+    from pathlib import Path
+
+    if (Path(out) / "model_index.json").exists() and not overwrite:
+        raise ValueError(f"--out {out!r} already holds a checkpoint; add --overwrite to replace it, or choose "
+                         "another folder")
+
+
 def require_finite_non_negative(args, **meanings) -> None:
     """Raise ``ValueError`` for the first float field of ``args`` that is negative, infinite or NaN, named
     as its flag, with what its value means (a weight or a noise scale; call from ``__post_init__``)."""

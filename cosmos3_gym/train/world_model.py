@@ -1,8 +1,10 @@
 """Train the embedded tiny Cosmos 3 on the procedural world (cosmos3_gym.rollout.procedural_world).
 
-    python -m cosmos3_gym.train.world_model --device cuda            # the shipped weights (H200, minutes)
+    python -m cosmos3_gym.train.world_model --device cuda --out out/tiny     # from scratch (a GPU, minutes)
     python -m cosmos3_gym.train.world_model --device cpu --vae-steps 100 --steps 200 --out /tmp/tiny
     python -m cosmos3_gym.train.world_model --init-from cosmos3_gym/assets/cosmos3-tiny --vae-steps 0 ...
+
+(the README gives the shipped weights' commands; ``--out`` holding a checkpoint needs ``--overwrite``)
 
 Stage 1 fits the tiny ``AutoencoderKLWan`` (reconstruction + a small KL term) on the world's
 scenes and on action clips encoded as the action tasks encode them (a corner of the tier's padded
@@ -35,13 +37,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .args import parse_args, require_at_least, require_finite_non_negative
+from .args import parse_args, refuse_to_replace_a_checkpoint, require_at_least, require_finite_non_negative
 from ..model.model import Cosmos3Model, checked_device, load_component
 from ..model.diffusers_private import crop_action_latent, encode_video
 from ..model.packing import RowSpec, to_device
 from ..model.tasks import ROBOT_TASKS, Task, checked_domain
 from ..model.tasks import TASKS as TASK_TABLE
-from ..model.tiny_model import TINY_CHECKPOINT, build_tiny_components, save_checkpoint
+from ..model.tiny_model import build_tiny_components, save_checkpoint
 from ..rollout.procedural_world import ACTION_KINDS, action_chunks, dataset, object_pixels
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
@@ -52,7 +54,8 @@ TASKS = (Task.T2V, Task.T2I, Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS, Task.
 
 @dataclass
 class TrainArgs:
-    out: str = str(TINY_CHECKPOINT)
+    out: str = "out/cosmos3-tiny"
+    overwrite: bool = False  # replace a checkpoint already in --out (the shipped one is cosmos3_gym/assets/cosmos3-tiny)
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     data_seed: int = 0  # the world's videos come from np.random.default_rng(data_seed)
     init_seed: int = 0  # the untrained weights (tiny_model.build_tiny_components)
@@ -94,6 +97,7 @@ class TrainArgs:
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
+        refuse_to_replace_a_checkpoint(self.out, self.overwrite)
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
                                     latent_foreground_weight="0: every element weighted alike")
@@ -534,7 +538,7 @@ def _load_weights(components: dict, checkpoint: Path) -> None:
 
 
 def main(argv=None) -> int:
-    args = parse_args(TrainArgs, argv, __doc__)
+    args = parse_args(TrainArgs, argv, __doc__, prog="python -m cosmos3_gym.train.world_model")
     torch.backends.cuda.matmul.allow_tf32 = True
     start = time.time()
     components = build_tiny_components(args.init_seed)

@@ -248,6 +248,19 @@ def test_trainer_refuses_a_bad_schedule_before_anything_loads(tmp_path, capsys, 
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("trainer", ["cosmos3_gym.train.world_model.TrainArgs", "cosmos3_gym.train_pusht.PushTTrainArgs"])
+def test_trainers_refuse_to_replace_a_checkpoint_without_overwrite(tmp_path, trainer):
+    """A run into a folder that holds a checkpoint (the shipped one, by a forgotten --out) is refused with
+    its flags, before anything loads, and names --overwrite; the default --out is outside the package."""
+    module, name = trainer.rsplit(".", 1)
+    args_class = getattr(importlib.import_module(module), name)
+    (tmp_path / "model_index.json").write_text("{}")
+    with pytest.raises(ValueError, match=f"--out {str(tmp_path)!r} already holds a checkpoint; add --overwrite"):
+        args_class(device="cpu", out=str(tmp_path))
+    assert args_class(device="cpu", out=str(tmp_path), overwrite=True).overwrite
+    assert not Path(args_class.out).resolve().is_relative_to(TINY_CHECKPOINT.parent.resolve())
+
+
 def test_scene_batches_rendered_ahead_are_the_worlds_videos():
     """Worker processes render the same videos and captions, in the same order, as the world itself."""
     from cosmos3_gym.train.world_model import NUM_FRAMES, SIZE, scene_batches
