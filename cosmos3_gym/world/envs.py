@@ -170,6 +170,8 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
+    env_id = "Cosmos3World-v0"  # the id its errors name
+    reset_hint = RESET_HINT  # where an episode's start comes from, for reset's error messages
 
     def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE,
                  goal: str | None = None, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 1.0,
@@ -185,7 +187,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         self.autoreset_mode, self.render_mode = checked_autoreset_mode(autoreset_mode), render_mode
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         # the forward-dynamics preset under this env's id, so that a bad keyword's error names the env made
-        forward_dynamics = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id="Cosmos3World-v0")
+        forward_dynamics = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id=self.env_id)
         self.preset = forward_dynamics.override(
             num_frames=self.chunk + 1, height=self.size, width=self.size, num_steps=num_steps, kind=kind,
             guidance_scale=guidance_scale, noise_level=noise_level, domain=domain, reward="none", checkpoint=checkpoint)
@@ -205,7 +207,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         return self.engine.model
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
-        checked_options(options, (), RESET_HINT)
+        checked_options(options, (), self.reset_hint)
         seeds = per_env_seeds(seed, self.num_envs)
         if seeds is None:
             seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]

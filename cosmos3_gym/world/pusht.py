@@ -229,6 +229,8 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10, "autoreset_mode": AutoresetMode.NEXT_STEP}
     action_hint = TARGET_HINT
+    env_id = "Cosmos3PushT-v0"
+    reset_hint = RESET_HINT
 
     def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int | None = None, prompt: str = PROMPT,
                  exact_coverage: bool = True, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,

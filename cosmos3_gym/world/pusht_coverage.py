@@ -386,10 +386,19 @@ def make_pusht(**kwargs):
     (``SDL_VIDEODRIVER=dummy`` unless set)."""
     import os
 
+    import inspect
+
     require_gym_pusht()
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     from gym_pusht.envs import PushTEnv
 
+    allowed = [name for name in inspect.signature(PushTEnv.__init__).parameters
+               if name not in ("self", "obs_type", "render_mode")]
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise TypeError(f"unknown keyword(s) {unknown}: PushT-Twin-v0 takes chunk, horizon and render_mode, and "
+                        f"passes the rest to gym-pusht's PushTEnv, which takes {allowed} (the observation is "
+                        "always obs_type='pixels')")
     return PushTEnv(obs_type="pixels", render_mode="rgb_array", **kwargs)
 
 

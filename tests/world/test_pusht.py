@@ -136,6 +136,24 @@ def test_the_segmentation_uses_gym_pushts_constants(reference):
     assert pc.block_error(frame, blank) == pytest.approx(np.hypot(96, 96))
 
 
+def test_errors_name_the_pusht_envs_and_their_arguments(dream):
+    """The dream's sampler errors name Cosmos3PushT-v0 (not the procedural world it is built on), its reset
+    error says where PushT's start comes from, and a keyword neither the twin nor gym-pusht takes is named
+    with gym-pusht's own list (not a TypeError from inside gym-pusht)."""
+    with pytest.raises(ValueError, match=r"preset 'Cosmos3PushT-v0': num_steps=0 is invalid"):
+        dream(num_steps=0)
+    env = dream()
+    with pytest.raises(ValueError, match=r"unknown reset option\(s\) \['prompt'\]; allowed: \[\]; the start is "
+                                         r"gym-pusht's reset\(seed=...\)$"):
+        env.reset(options={"prompt": "x"})
+    for keyword in ("num_steps", "obs_type"):
+        with pytest.raises(TypeError, match=rf"unknown keyword\(s\) \['{keyword}'\]: PushT-Twin-v0 takes chunk, "
+                                            r"horizon and render_mode, and passes the rest to gym-pusht's PushTEnv, "
+                                            r"which takes \['block_cog', 'damping'"):
+            gym.make("PushT-Twin-v0", **{keyword: 1})
+    assert gym.make("PushT-Twin-v0", damping=0.5).unwrapped.pusht.damping == 0.5
+
+
 def test_check_env_passes_on_both(dream):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the checker's warnings fail the test
