@@ -574,8 +574,8 @@ def markdown_report(record: dict) -> str:
         gap = ex.get("gap") or {}
         lines.append(f"- exploit rate: **{rate}** ({ex['exploits']} of {ex['imagined_successes']} imagined "
                      "successes fail when their actions are replayed in the true world)"
-                     + ("" if gap.get("exploits") is None else
-                        f"; imagined vs true at the imagined success, median: {_fmt(gap['exploits'])} for the "
+                     + ("" if gap.get("exploits") is None and gap.get("held") is None else
+                        f"; imagined vs true at the imagined success, median: {_fmt(gap.get('exploits'))} for the "
                         f"exploits, {_fmt(gap.get('held'))} for the successes that hold")
                      + ("" if auc is None else f"; the episode's largest `info['disagreement']` tells exploits "
                         f"from real successes with AUROC **{auc:.2f}** (0.5: no better than chance)"))
