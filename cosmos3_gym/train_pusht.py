@@ -1,6 +1,9 @@
 """Train a Cosmos 3 world model of PushT, so that ``Cosmos3PushT-v0`` imagines LeRobot's gym-pusht.
 
     python -m cosmos3_gym.train_pusht --device cuda --max-minutes 8 --out out/pusht
+    # a smoke run on a CPU (half a minute; a tiny model that learns nothing):
+    python -m cosmos3_gym.train_pusht --device cpu --clips 8 --clips-per-episode 2 --hidden-size 64 --layers 1 \
+        --vae-base-dim 4 --vae-steps 5 --vae-batch 2 --steps 5 --batch 2 --data-workers 1 --out /tmp/pusht_smoke
     # the clips made once where gym-pusht is installed, the training where the GPU is:
     python -m cosmos3_gym.world.pusht_data --clips 6000 --workers 2 --out out/pusht_clips.npz
     python -m cosmos3_gym.train_pusht --clips-file out/pusht_clips.npz --device cuda --max-minutes 8 --out out/pusht
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -70,6 +74,7 @@ TABLE_LEVEL = 200  # a pixel whose darkest channel is at least this is the table
 ENV_PRESET = load_preset("Cosmos3ForwardDynamicsRollout-v0")
 ENV_DEFAULTS = Cosmos3PushTVectorEnv.__init__.__kwdefaults__  # its sampler too (the imagined conditions')
 ENV_DOMAIN = ENV_DEFAULTS["domain"]
+PROG = "python -m cosmos3_gym.train_pusht"
 
 
 @dataclass
@@ -83,7 +88,7 @@ class PushTTrainArgs:
     mix: str = ",".join(f"{kind}={share}" for kind, share in DEFAULT_MIX.items())  # shares of episodes per behaviour
     near_goal: float = 0.25  # share of episodes starting with the block near the goal pose
     clips_per_episode: int = 4  # consecutive clips per gym-pusht episode
-    data_workers: int = 12  # processes playing gym-pusht (the clips do not depend on it)
+    data_workers: int = min(12, os.cpu_count() or 1)  # processes playing gym-pusht (the clips do not depend on it)
     data_seed: int = 0  # the clips, the held-out split's batches and the batches' draws
     held_out: float = 0.05  # share of episodes held out (their clips are never trained on)
     init_seed: int = 0  # the untrained weights
@@ -103,7 +108,7 @@ class PushTTrainArgs:
     # (the agent is a disc of a latent pixel or two: a plain flow-matching loss lets the imagined frames drop it)
     # the transformer's loss weighs 1 + this on latent elements that see a pixel other than the table (the block,
     # the agent, and the goal's T, which never moves), 1 elsewhere; in every task that generates video
-    latent_foreground_weight: float = 0.0
+    latent_foreground_weight: float = 0.0  # the loss weight 1 + this where a latent element sees more than the table
     # (with --init-from: the encoder, the latent statistics and so the transformer's latents stay as they are)
     vae_decoder_only: bool = False  # the VAE stage trains the decoder alone
     vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it (--steps 0: all)
@@ -118,7 +123,7 @@ class PushTTrainArgs:
     # this share of forward dynamics' batches conditioned on the frame the model itself imagines where the clip
     # starts (the episode's previous clip imagined from its first frame under its actions), as the env conditions
     # it in closed loop; the targets stay the true frames (0: clean conditions only)
-    imagined_conditions: float = 0.0
+    imagined_conditions: float = 0.0  # share of forward dynamics' batches conditioned on the model's own imaginings
     imagined_steps: int = 4  # the denoising steps of those imaginings (world-eval --world pusht scores at 4)
     imagined_every: int = 0  # > 0: imagine them again with the weights of every this many steps (0: once, at the start)
     log_every: int = 50
@@ -469,8 +474,14 @@ def train_transformer(model, pools: dict[str, ActionPool], held_out: ActionPool 
     transformer.eval().requires_grad_(False)
 
 
+def _usage_error(message: str):
+    """What the flags ask of the clips cannot be done: one line and exit status 2, as a bad flag's."""
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv=None) -> int:
-    args = parse_args(PushTTrainArgs, argv, __doc__, prog="python -m cosmos3_gym.train_pusht")
+    args = parse_args(PushTTrainArgs, argv, __doc__, prog=PROG)
     torch.backends.cuda.matmul.allow_tf32 = True
     start = time.time()
     deadline = start + 60 * args.max_minutes if args.max_minutes > 0 else float("inf")
@@ -488,12 +499,13 @@ def main(argv=None) -> int:
     training = subset(clips, ~held)
     expert = training.kinds == KINDS.index("push")
     following = successors(clips, ~held) if args.imagined_conditions else None
+    # the clips' checks: usage errors of the data (a clips file's too), before any model is built
     if following is not None and not following.size:
-        raise ValueError("--imagined-conditions needs episodes of two clips or more among the training clips; use "
-                         "--clips-per-episode 2 or more (or a clips file written so)")
+        _usage_error("--imagined-conditions needs episodes of two clips or more among the training clips; use "
+                     "--clips-per-episode 2 or more (or a clips file written so)")
     if Task.POLICY in parse_task_weights(args.task_weights) and not expert.any():
-        raise ValueError("--task-weights has policy, which learns from the scripted pushes, but no training clip is "
-                         "one; add push to --mix (or a clips file with pushes), or leave policy out")
+        _usage_error("--task-weights has policy, which learns from the scripted pushes, but no training clip is "
+                     "one; add push to --mix (or a clips file with pushes), or leave policy out")
     # 2. the model: the tiny components at the asked size (or a checkpoint to continue)
     components = pusht_components(args)
     components["vae"].to(args.device)

@@ -77,7 +77,7 @@ class TrainArgs:
     task_weights: str = "t2v=1"  # e.g. t2v=3,t2i=1,forward_dynamics=2,inverse_dynamics=1,policy=1
     # phases before task_weights, "steps:weights" joined by "/": e.g. 1500:t2v=4,forward_dynamics=6/600:t2v=1
     # (forward dynamics beside text-to-video first, then text-to-video alone for the motion words)
-    curriculum: str = ""
+    curriculum: str = ""  # phases before --task-weights: steps:weights joined by / (see above)
     domain: str = "pusht"
     resolution_tier: int = 256
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)

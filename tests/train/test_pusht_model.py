@@ -142,6 +142,17 @@ def test_a_weight_or_noise_that_is_not_a_finite_number_is_refused(tmp_path, caps
         assert not (tmp_path / "run").exists()
 
 
+def test_a_clips_file_without_pushes_for_the_policy_task_is_a_usage_error(tmp_path, capsys):
+    """One error line and status 2, no traceback, before any model is built; nothing written."""
+    generate(2, seed=3, mix={"random_walk": 1.0}, progress=False).save(tmp_path / "clips.npz")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu", "--clips-file", str(tmp_path / "clips.npz"), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and ("python -m cosmos3_gym.train_pusht: error: --task-weights has policy, which "
+                                          "learns from the scripted pushes, but no training clip is one; add push") in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
 def test_a_checkpoint_over_the_size_limit_is_refused_before_anything_loads(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--device", "cpu", "--hidden-size", "512", "--out", str(tmp_path / "run")])
@@ -309,12 +320,11 @@ def test_a_run_with_imagined_conditions_draws_them_and_imagines_again_on_schedul
                 (["--imagined-conditions", "1"], "untrained weights do not have yet; continue trained ones"),
                 (["--imagined-conditions", "1", "--init-from", str(first), "--task-weights", "policy=1"],
                  "applies to forward dynamics"),
-                (["--imagined-every", "3"], "--imagined-conditions is 0"))
+                (["--imagined-every", "3"], "--imagined-conditions is 0"),
+                (["--clips", "2", "--clips-per-episode", "1", "--imagined-conditions", "0.5", "--init-from", str(first),
+                  "--vae-steps", "5"], "error: --imagined-conditions needs episodes of two clips or more"))
     for flags, message in refusals:
         with pytest.raises(SystemExit) as exit_info:
             main([*small, *flags, "--out", str(tmp_path / "refused")])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
-    with pytest.raises(ValueError, match="two clips or more"):
-        main([*small, "--clips", "2", "--clips-per-episode", "1", "--imagined-conditions", "0.5", "--init-from",
-              str(first), "--vae-steps", "5", "--out", str(tmp_path / "refused")])
     assert not (tmp_path / "refused").exists()
