@@ -3,7 +3,8 @@
     python -m cosmos3_gym.train_pusht --device cuda --max-minutes 8 --out out/pusht
     # a smoke run on a CPU (half a minute; a tiny model that learns nothing):
     python -m cosmos3_gym.train_pusht --device cpu --clips 8 --clips-per-episode 2 --hidden-size 64 --layers 1 \
-        --vae-base-dim 4 --vae-steps 5 --vae-batch 2 --steps 5 --batch 2 --data-workers 1 --out /tmp/pusht_smoke
+        --vae-base-dim 4 --vae-steps 5 --vae-batch 2 --steps 5 --batch 2 --data-workers 1 \
+        --out /tmp/pusht_smoke --overwrite
     # the clips made once where gym-pusht is installed, the training where the GPU is:
     python -m cosmos3_gym.world.pusht_data --clips 6000 --workers 2 --out out/pusht_clips.npz
     python -m cosmos3_gym.train_pusht --clips-file out/pusht_clips.npz --device cuda --max-minutes 8 --out out/pusht
@@ -108,7 +109,7 @@ class PushTTrainArgs:
     # (the agent is a disc of a latent pixel or two: a plain flow-matching loss lets the imagined frames drop it)
     # the transformer's loss weighs 1 + this on latent elements that see a pixel other than the table (the block,
     # the agent, and the goal's T, which never moves), 1 elsewhere; in every task that generates video
-    latent_foreground_weight: float = 0.0  # the loss weight 1 + this where a latent element sees more than the table
+    latent_foreground_weight: float = 0.0  # the loss weight 1 + this where a latent element sees not just table
     # (with --init-from: the encoder, the latent statistics and so the transformer's latents stay as they are)
     vae_decoder_only: bool = False  # the VAE stage trains the decoder alone
     vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it (--steps 0: all)
@@ -141,7 +142,6 @@ class PushTTrainArgs:
             raise ValueError("--steps 0 (no transformer training) is for --vae-decoder-only, which keeps the latents "
                              "the transformer learned; a whole new VAE needs a transformer trained on its latents")
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
-        refuse_to_replace_a_checkpoint(self.out, self.overwrite)
         parse_mix(self.mix)
         require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
                                     foreground_weight="0: every element weighted alike",
@@ -153,6 +153,9 @@ class PushTTrainArgs:
         if self.imagined_conditions and not self.init_from:
             raise ValueError("--imagined-conditions conditions on the model's own imaginings, which untrained weights "
                              "do not have yet; continue trained ones with --init-from CHECKPOINT")
+        if self.imagined_conditions and not self.clips_file and self.clips_per_episode < 2:
+            raise ValueError(f"--imagined-conditions needs episodes of two clips or more, but --clips-per-episode is "
+                             f"{self.clips_per_episode}; use 2 or more")
         if self.imagined_conditions and Task.FORWARD_DYNAMICS not in parse_task_weights(self.task_weights):
             raise ValueError(f"--imagined-conditions applies to forward dynamics, which --task-weights "
                              f"{self.task_weights!r} leaves out; add forward_dynamics=W")
@@ -481,7 +484,7 @@ def _usage_error(message: str):
 
 
 def main(argv=None) -> int:
-    args = parse_args(PushTTrainArgs, argv, __doc__, prog=PROG)
+    args = parse_args(PushTTrainArgs, argv, __doc__, prog=PROG, check=refuse_to_replace_a_checkpoint)
     torch.backends.cuda.matmul.allow_tf32 = True
     start = time.time()
     deadline = start + 60 * args.max_minutes if args.max_minutes > 0 else float("inf")

@@ -35,8 +35,9 @@ def plain_text(doc: str) -> str:
     return doc.replace("``", "`")
 
 
-def parse_args(cls, argv=None, description: str | None = None, prog: str | None = None):
-    """An instance of dataclass ``cls`` with each field settable as ``--field-name``.
+def parse_args(cls, argv=None, description: str | None = None, prog: str | None = None, check=None):
+    """An instance of dataclass ``cls`` with each field settable as ``--field-name``; ``check(args)``, where
+    given, is a command's own check of its flags (a ``ValueError`` is a usage error, as the dataclass's own).
 
     Also applies the package's thread policy (:func:`cosmos3_gym.model.threads.configure_threads`:
     one torch thread on the CPU unless ``OMP_NUM_THREADS`` says otherwise)."""
@@ -58,7 +59,10 @@ def parse_args(cls, argv=None, description: str | None = None, prog: str | None 
     flags = vars(parser.parse_args(argv))
     configure_threads()  # after the flags: --help loads no torch
     try:
-        return cls(**flags)
+        args = cls(**flags)
+        if check is not None:
+            check(args)
+        return args
     except ValueError as error:  # a dataclass's own checks (require_at_least): usage and message, exit 2
         parser.error(str(error))
 
@@ -72,11 +76,14 @@ def require_at_least(args, **minimums) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value} is too small; use {minimum} or more")
 
 
-def refuse_to_replace_a_checkpoint(out: str, overwrite: bool) -> None:
+def refuse_to_replace_a_checkpoint(args) -> None:
     """A trainer's ``--out`` that already holds a checkpoint is refused before anything trains, unless
-    ``--overwrite``: a run does not silently replace weights someone kept (the shipped ones included)."""
+    ``--overwrite``: a run does not silently replace weights someone kept (the shipped ones included).
+    A command-line check (``parse_args(..., check=)``), not the dataclass's: code that builds the
+    arguments without running the trainer does not care what the folder holds."""
     from pathlib import Path
 
+    out, overwrite = args.out, args.overwrite
     if (Path(out) / "model_index.json").exists() and not overwrite:
         raise ValueError(f"--out {out!r} already holds a checkpoint; add --overwrite to replace it, or choose "
                          "another folder")

@@ -55,7 +55,7 @@ TASKS = (Task.T2V, Task.T2I, Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS, Task.
 @dataclass
 class TrainArgs:
     out: str = "out/cosmos3-tiny"
-    overwrite: bool = False  # replace a checkpoint already in --out (the shipped one is cosmos3_gym/assets/cosmos3-tiny)
+    overwrite: bool = False  # replace a checkpoint already in --out (the shipped one: cosmos3_gym/assets/cosmos3-tiny)
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     data_seed: int = 0  # the world's videos come from np.random.default_rng(data_seed)
     init_seed: int = 0  # the untrained weights (tiny_model.build_tiny_components)
@@ -97,7 +97,6 @@ class TrainArgs:
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
-        refuse_to_replace_a_checkpoint(self.out, self.overwrite)
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
                                     latent_foreground_weight="0: every element weighted alike")
@@ -108,6 +107,12 @@ class TrainArgs:
         parse_task_weights(self.task_weights)
         parse_action_mix(self.action_mix)
         parse_checkpoint_steps(self.checkpoint_steps, self.steps)
+        if self.latent_foreground_weight and not any(
+                Task.FORWARD_DYNAMICS in parse_task_weights(weights)
+                for weights in [self.task_weights, *(w for _, w in parse_curriculum(self.curriculum))]):
+            raise ValueError(f"--latent-foreground-weight {self.latent_foreground_weight} weighs forward dynamics' "
+                             "generated frames, but neither --task-weights nor --curriculum has forward_dynamics; "
+                             "add it, or leave the weight at 0")
         phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))
         if phased > self.steps:
             raise ValueError(f"--curriculum {self.curriculum!r} has {phased} steps, more than --steps {self.steps}; "
@@ -538,7 +543,8 @@ def _load_weights(components: dict, checkpoint: Path) -> None:
 
 
 def main(argv=None) -> int:
-    args = parse_args(TrainArgs, argv, __doc__, prog="python -m cosmos3_gym.train.world_model")
+    args = parse_args(TrainArgs, argv, __doc__, prog="python -m cosmos3_gym.train.world_model",
+                      check=refuse_to_replace_a_checkpoint)
     torch.backends.cuda.matmul.allow_tf32 = True
     start = time.time()
     components = build_tiny_components(args.init_seed)

@@ -238,6 +238,9 @@ def test_flow_matching_loss_with_weights_is_their_weighted_mean_error():
                                                       "term would come at step 0 alone; use at most 8"),
     *[([flag, value], f"{flag} {float(value)} is not a finite number >= 0")
       for flag in ("--condition-noise", "--latent-foreground-weight") for value in ("-0.1", "nan", "inf")],
+    (["--latent-foreground-weight", "2", "--curriculum", "10:inverse_dynamics=1"],
+     "--latent-foreground-weight 2.0 weighs forward dynamics' generated frames, but neither --task-weights nor "
+     "--curriculum has forward_dynamics"),
 ])
 def test_trainer_refuses_a_bad_schedule_before_anything_loads(tmp_path, capsys, flags, message):
     from cosmos3_gym.train.world_model import main
@@ -248,16 +251,25 @@ def test_trainer_refuses_a_bad_schedule_before_anything_loads(tmp_path, capsys, 
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("trainer", ["cosmos3_gym.train.world_model.TrainArgs", "cosmos3_gym.train_pusht.PushTTrainArgs"])
-def test_trainers_refuse_to_replace_a_checkpoint_without_overwrite(tmp_path, trainer):
-    """A run into a folder that holds a checkpoint (the shipped one, by a forgotten --out) is refused with
-    its flags, before anything loads, and names --overwrite; the default --out is outside the package."""
-    module, name = trainer.rsplit(".", 1)
-    args_class = getattr(importlib.import_module(module), name)
+@pytest.mark.parametrize("trainer, fast", [
+    ("cosmos3_gym.train.world_model", ["--vae-steps", "0", "--steps", "0", "--init-from", str(TINY_CHECKPOINT)]),
+    ("cosmos3_gym.train_pusht", ["--clips", "2", "--hidden-size", "64", "--layers", "1", "--vae-base-dim", "4",
+                                 "--vae-steps", "1", "--vae-batch", "1", "--steps", "1", "--batch", "1",
+                                 "--data-workers", "1", "--task-weights", "forward_dynamics=1"]),
+])
+def test_trainers_refuse_to_replace_a_checkpoint_without_overwrite(tmp_path, capsys, trainer, fast):
+    """A run into a folder that holds a checkpoint (the shipped one, by a forgotten --out) stops before
+    anything loads and names --overwrite (the flags of a run that would otherwise end in seconds); code
+    that only builds the arguments does not care; the default --out is outside the package."""
+    module = importlib.import_module(trainer)
+    args_class = module.TrainArgs if hasattr(module, "TrainArgs") else module.PushTTrainArgs
     (tmp_path / "model_index.json").write_text("{}")
-    with pytest.raises(ValueError, match=f"--out {str(tmp_path)!r} already holds a checkpoint; add --overwrite"):
-        args_class(device="cpu", out=str(tmp_path))
-    assert args_class(device="cpu", out=str(tmp_path), overwrite=True).overwrite
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--device", "cpu", *fast, "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert f"--out {str(tmp_path)!r} already holds a checkpoint; add --overwrite" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_index.json"]
+    assert args_class(device="cpu", out=str(tmp_path)).out == str(tmp_path)
     assert not Path(args_class.out).resolve().is_relative_to(TINY_CHECKPOINT.parent.resolve())
 
 

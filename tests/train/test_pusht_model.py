@@ -17,7 +17,8 @@ from cosmos3_gym.train.world_model import trainable_model, training_batch  # noq
 from cosmos3_gym.train_pusht import TABLE_LEVEL, PushTTrainArgs, fixed_batch, foreground, held_out_losses, \
     imagined_pool, latent_foreground, main, pusht_components, pusht_pool, sized_configs, successors, \
     train_transformer, weighted_mse  # noqa: E402
-from cosmos3_gym.world.pusht import PROMPT, Cosmos3PushTVectorEnv, PushTTwinEnv, model_actions  # noqa: E402
+from cosmos3_gym.world.pusht import (  # noqa: E402
+    PROMPT, PUSHT_CHECKPOINT, Cosmos3PushTVectorEnv, PushTTwinEnv, model_actions)
 from cosmos3_gym.world.pusht_coverage import AGENT, BLOCK_FILL, WHITE, make_pusht  # noqa: E402
 from cosmos3_gym.world.pusht_data import Clips, generate  # noqa: E402
 
@@ -142,14 +143,20 @@ def test_a_weight_or_noise_that_is_not_a_finite_number_is_refused(tmp_path, caps
         assert not (tmp_path / "run").exists()
 
 
-def test_a_clips_file_without_pushes_for_the_policy_task_is_a_usage_error(tmp_path, capsys):
-    """One error line and status 2, no traceback, before any model is built; nothing written."""
-    generate(2, seed=3, mix={"random_walk": 1.0}, progress=False).save(tmp_path / "clips.npz")
+@pytest.mark.parametrize("flags, message", [
+    ([], "--task-weights has policy, which learns from the scripted pushes, but no training clip is one; add push"),
+    (["--task-weights", "forward_dynamics=1", "--init-from", str(PUSHT_CHECKPOINT), "--imagined-conditions", "0.5"],
+     "--imagined-conditions needs episodes of two clips or more among the training clips"),
+])
+def test_a_clips_file_that_cannot_serve_the_flags_is_a_usage_error(tmp_path, capsys, flags, message):
+    """Clips of one-clip episodes without scripted pushes: one error line and status 2, no traceback, before
+    any model is built; nothing written."""
+    generate(2, seed=3, mix={"random_walk": 1.0}, clips_per_episode=1, progress=False).save(tmp_path / "clips.npz")
     with pytest.raises(SystemExit) as exit_info:
-        main(["--device", "cpu", "--clips-file", str(tmp_path / "clips.npz"), "--out", str(tmp_path / "run")])
+        main(["--device", "cpu", "--clips-file", str(tmp_path / "clips.npz"), "--held-out", "0", *flags,
+              "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and ("python -m cosmos3_gym.train_pusht: error: --task-weights has policy, which "
-                                          "learns from the scripted pushes, but no training clip is one; add push") in err
+    assert exit_info.value.code == 2 and f"python -m cosmos3_gym.train_pusht: error: {message}" in err
     assert "Traceback" not in err and not (tmp_path / "run").exists()
 
 
@@ -322,7 +329,8 @@ def test_a_run_with_imagined_conditions_draws_them_and_imagines_again_on_schedul
                  "applies to forward dynamics"),
                 (["--imagined-every", "3"], "--imagined-conditions is 0"),
                 (["--clips", "2", "--clips-per-episode", "1", "--imagined-conditions", "0.5", "--init-from", str(first),
-                  "--vae-steps", "5"], "error: --imagined-conditions needs episodes of two clips or more"))
+                  "--vae-steps", "5"], "error: --imagined-conditions needs episodes of two clips or more, but "
+                                       "--clips-per-episode is 1"))
     for flags, message in refusals:
         with pytest.raises(SystemExit) as exit_info:
             main([*small, *flags, "--out", str(tmp_path / "refused")])
