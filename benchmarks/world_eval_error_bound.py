@@ -6,9 +6,14 @@ run against stand-in imagined worlds whose error is known:
   from the noisy position, as an imagination that conditions on its own frames does; the policies
   read the noisy frames.
 * ``VAE round trip``: the true physics, each chunk's frames (with the frame before them) encoded and
-  decoded by the embedded model's VAE: about what any transformer over this VAE shows at best (its
-  errors do not accumulate here). The clip is encoded as it is, not padded into the 256 canvas the
-  world env encodes in (that costs 64 times the pixels; the content is the same).
+  decoded by the embedded model's VAE: an estimate of what any transformer over this VAE shows at
+  best (its errors do not accumulate here). The clip is encoded as it is, not padded into the 256
+  canvas the world env encodes in (that costs 64 times the pixels; the content is the same).
+
+The error column: each chunk's end, the stand-in against the truth, over every chunk the harness runs
+(its sensitivity runs under true, shuffled and zero actions too): for a noisy twin the moved centre's
+distance from the true one (after the walls), for the VAE the detected centres' (chunks where either
+frame shows no object left out).
 
 Usage: python benchmarks/world_eval_error_bound.py [--episodes 48] [--out benchmarks/world_eval_error_bound.txt]
 """
@@ -23,7 +28,7 @@ import numpy as np
 import torch
 
 import cosmos3_gym  # noqa: F401  (registers the envs)
-from cosmos3_gym.rollout.procedural_world import locate
+from cosmos3_gym.rollout.procedural_world import SIZES, locate
 from cosmos3_gym.world.envs import ProceduralWorldEnv
 from cosmos3_gym.world.harness import evaluate_world, key_numbers, scripted_policies
 
@@ -38,8 +43,11 @@ class NoisyTwin(ProceduralWorldEnv):
     def _centres(self, action):
         centres = super()._centres(action)
         offset = self.np_random.normal(0.0, self.sigma, 2)
-        self.errors.append(float(np.hypot(*offset)))
-        return np.clip(centres + offset * (np.arange(1, len(centres) + 1) / len(centres))[:, None], 1.0, self.size - 1.0)
+        half = SIZES[self.task.size]  # the walls stop the object where push stops it
+        moved = np.clip(centres + offset * (np.arange(1, len(centres) + 1) / len(centres))[:, None],
+                        half + 0.5, self.size - half - 0.5)
+        self.errors.append(float(np.hypot(*(moved[-1] - centres[-1]))))
+        return moved
 
 
 class VaeRoundTrip(ProceduralWorldEnv):
