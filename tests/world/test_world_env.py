@@ -325,3 +325,32 @@ def test_a_mistyped_keyword_names_the_one_meant_before_anything_loads(env_id, ty
         gym.make(env_id, **{typo: 1})
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'num_envs'; the env takes"):
         gym.make(env_id, num_envs=2)
+
+
+def test_a_world_seen_otherwise_overrides_the_steps_hooks():
+    """ProceduralWorldEnv's step reads the chunk's centres and frames through _centres and _frames: a subclass
+    that moves the object 2 px right and one that shows the frames blank get their own position, frame,
+    reward and success, from the same reward rule (the stand-ins of benchmarks/world_eval_error_bound.py)."""
+    from cosmos3_gym.world.envs import ProceduralWorldEnv
+
+    class Shifted(ProceduralWorldEnv):
+        def _centres(self, action):
+            return super()._centres(action) + np.array([2.0, 0.0])
+
+    class Blank(ProceduralWorldEnv):
+        def _frames(self, centres):
+            return np.zeros_like(super()._frames(centres))
+
+    action = np.full((8, 2), 0.25, np.float32)
+    truth, shifted, blank = ProceduralWorldEnv(), Shifted(), Blank()
+    for env in (truth, shifted, blank):
+        env.reset(seed=3)
+    true_obs, true_reward, *_ = truth.step(action)
+    obs, reward, success, _, info = shifted.step(action)
+    expected = push(shifted.task, shifted.task.start, action) + np.array([2.0, 0.0])
+    assert info["position"] == tuple(expected[-1]) and np.array_equal(obs, draw(shifted.task, tuple(expected[-1])))
+    frames = np.stack([draw(shifted.task, tuple(c)) for c in expected])
+    assert (reward, success) == task_reward(draw(shifted.task, shifted.task.start), frames, shifted.task.goal)
+    assert not np.array_equal(obs, true_obs)
+    obs, reward, success, _, info = blank.step(action)
+    assert not obs.any() and not success and reward < true_reward  # a frame without the object counts as far
