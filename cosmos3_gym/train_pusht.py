@@ -109,7 +109,7 @@ class PushTTrainArgs:
     # (the agent is a disc of a latent pixel or two: a plain flow-matching loss lets the imagined frames drop it)
     # the transformer's loss weighs 1 + this on latent elements that see a pixel other than the table (the block,
     # the agent, and the goal's T, which never moves), 1 elsewhere; in every task that generates video
-    latent_foreground_weight: float = 0.0  # the loss weight 1 + this where a latent element sees not just table
+    latent_foreground_weight: float = 0.0  # loss weight 1 + this where a latent element sees the block, agent or goal
     # (with --init-from: the encoder, the latent statistics and so the transformer's latents stay as they are)
     vae_decoder_only: bool = False  # the VAE stage trains the decoder alone
     vae_share: float = 0.2  # with --max-minutes: the VAE stage ends once the run has taken this share of it (--steps 0: all)
