@@ -343,7 +343,7 @@ def action_sensitivity(imagined, truth, seeds: Sequence[int], *, actions: np.nda
                        action_sampler: ActionSampler = procedural_actions, error_fn: ErrorFn = centre_error,
                        zero_action: np.ndarray | None = None, horizon: int | None = None, seed: int = 0,
                        lost_fn: LostFn | None = object_lost, metrics: Mapping[str, ErrorFn] | None = None,
-                       progress: bool = True) -> dict:
+                       zero_label: str = "zero", progress: bool = True) -> dict:
     """Imagined-vs-true error under the true, shuffled and zero actions (see the module docstring).
 
     ``actions``: one open-loop sequence per seed, ``[len(seeds), horizon, *action_shape]``; default
@@ -352,13 +352,14 @@ def action_sensitivity(imagined, truth, seeds: Sequence[int], *, actions: np.nda
     from ``seed``) and ``zero_action`` (default zeros) repeated. A step is compared where both
     episodes still run (an episode that ends, e.g. on success, stops its comparisons). ``lost_fn``
     (None: not counted) flags an imagined observation that has lost the object. ``metrics``: more
-    ``fn(imagined, true)`` measures (e.g. a mask IoU), taken under the true actions only.
+    ``fn(imagined, true)`` measures (e.g. a mask IoU), taken under the true actions only. ``zero_label``:
+    what the reports call ``zero_action`` (PushT holds its target at the centre: "held").
 
     Returns ``{"ratio", "zero_ratio", "median_error": {condition: e}, "mean_error", "pairs" (errors
     compared), "lost" (the share of compared imagined observations that ``lost_fn`` flags),
     "per_step": {condition: {"median", "mean", "count"}}, "errors": {condition: [[per step] per
     episode]}, "metrics": {name: {"mean", "per_step"}} (with ``metrics``), "shuffle" (the episode
-    whose actions each one got), "horizon"}``; conditions
+    whose actions each one got), "horizon", "zero_label"}``; conditions
     ``true``, ``shuffled``, ``zero``. Ratios are None where the shuffled (zero) median is 0.
     """
     seeds = [int(s) for s in seeds]
@@ -389,6 +390,7 @@ def action_sensitivity(imagined, truth, seeds: Sequence[int], *, actions: np.nda
     flat = {c: [x for episode in errs for x in episode] for c, errs in errors.items()}
     median = {c: _finite(np.median(v)) if v else None for c, v in flat.items()}
     return {
+        "zero_label": zero_label,
         "ratio": _ratio(median["true"], median["shuffled"]),
         "zero_ratio": _ratio(median["true"], median["zero"]),
         "median_error": median,
@@ -489,6 +491,7 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
 def evaluate_world(imagined, truth, policies: Mapping[str, Any] | None = None, *, episodes: int = 12,
                    seed: int = 0, error_fn: ErrorFn = centre_error, action_sampler: ActionSampler = procedural_actions,
                    zero_action: np.ndarray | None = None, horizon: int | None = None, label: str = "",
+                   zero_label: str = "zero",
                    lost_fn: LostFn | None = object_lost, metrics: Mapping[str, ErrorFn] | None = None,
                    progress: bool = True) -> dict:
     """Action sensitivity, policy evaluation and exploit rate of ``imagined`` against ``truth`` over
@@ -500,6 +503,7 @@ def evaluate_world(imagined, truth, policies: Mapping[str, Any] | None = None, *
     start = time.perf_counter()
     sensitivity = action_sensitivity(imagined, truth, seeds, action_sampler=action_sampler, error_fn=error_fn,
                                      zero_action=zero_action, horizon=horizon, seed=seed, lost_fn=lost_fn,
+                                     zero_label=zero_label,
                                      metrics=metrics, progress=progress)
     middle = time.perf_counter()
     evaluation = evaluate_policies(imagined, truth, policies, seeds, seed=seed, lost_fn=lost_fn, error_fn=error_fn,
@@ -548,16 +552,16 @@ def markdown_report(record: dict) -> str:
                      f"| {i['return']:.2f} [{_fmt(i['return_ci'][0])}, {_fmt(i['return_ci'][1])}] | {exploit} "
                      f"| {_fmt(i.get('lost'))} |")
     sens, agree = record["sensitivity"], record["agreement"]
-    med, pairs = sens["median_error"], sens["pairs"]
+    med, pairs, zero = sens["median_error"], sens["pairs"], sens.get("zero_label", "zero")
     lines += ["",
               f"- action sensitivity: ratio **{_fmt(sens['ratio'])}** (median error true / shuffled actions: "
               f"{_fmt(med['true'])} / {_fmt(med['shuffled'])} px; 0 = follows the actions, 1 = ignores them), "
-              f"zero-action ratio {_fmt(sens['zero_ratio'])} (zero actions: {_fmt(med['zero'])} px); "
+              f"{zero}-action ratio {_fmt(sens['zero_ratio'])} ({zero} actions: {_fmt(med['zero'])} px); "
               f"{pairs['true']} / {pairs['shuffled']} / {pairs['zero']} step pairs"
               + ("" if not sens.get("lost") else "; imagined frames with the object lost: "
                  + " / ".join("n/a" if sens["lost"][c] is None else f"{100 * sens['lost'][c]:.0f}%"
                               for c in ("true", "shuffled", "zero"))),
-              "- drift, median error per step (true / shuffled / zero actions): "
+              f"- drift, median error per step (true / shuffled / {zero} actions): "
               + "; ".join(f"{k + 1}: {_fmt(a, 1)} / {_fmt(b, 1)} / {_fmt(c, 1)}" for k, (a, b, c) in enumerate(zip(
                   *(sens["per_step"][c]["median"] for c in ("true", "shuffled", "zero"))))),
               *(f"- {name} under the true actions: mean {_fmt(m['mean'], 3)}; per step "
@@ -625,7 +629,8 @@ def plot_report(records: dict | Mapping[str, dict], path: str | Path, metric: st
         for condition, color in (("true", "C2"), ("shuffled", "C3"), ("zero", "C7")):
             curve = [np.nan if v is None else v for v in sens["per_step"][condition]["median"]]
             right.plot(np.arange(1, len(curve) + 1), curve, styles[n % len(styles)], color=color, marker=".",
-                       label=f"{label}: {condition} actions" + (f" (ratio {_fmt(sens['ratio'])})"
+                       label=f"{label}: {sens.get('zero_label', 'zero') if condition == 'zero' else condition} "
+                             "actions" + (f" (ratio {_fmt(sens['ratio'])})"
                                                                  if condition == "true" else ""))
     right.set(xlabel="step of the horizon", ylabel="median imagined-vs-true error (px)",
               title="drift: error per step")

@@ -219,4 +219,4 @@ def pusht_harness_kwargs(chunk: int = CHUNK) -> Mapping:
     """The keyword arguments that point :func:`~cosmos3_gym.world.harness.evaluate_world` at PushT
     (chunks of ``chunk`` actions)."""
     return {"error_fn": state_error, "action_sampler": random_walk_targets, "zero_action": hold_actions(chunk),
-            "lost_fn": block_lost, "metrics": METRICS}
+            "lost_fn": block_lost, "metrics": METRICS, "zero_label": "held"}

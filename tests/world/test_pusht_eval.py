@@ -111,3 +111,6 @@ def test_a_world_that_is_gym_pusht_scores_as_gym_pusht():
     assert record["agreement"]["return"]["spearman"] == pytest.approx(1.0)
     hold = pusht_harness_kwargs()["zero_action"]
     assert hold.shape == truth.action_space.shape and truth.action_space.contains(hold)
+    # the report calls PushT's "zero actions" what they are: the target held at the centre
+    report = harness.markdown_report(record)
+    assert "held-action ratio" in report and "(true / shuffled / held actions)" in report and "zero" not in report
