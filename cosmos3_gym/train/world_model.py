@@ -107,13 +107,14 @@ class TrainArgs:
         parse_task_weights(self.task_weights)
         parse_action_mix(self.action_mix)
         parse_checkpoint_steps(self.checkpoint_steps, self.steps)
+        phases = parse_curriculum(self.curriculum)
         if self.latent_foreground_weight and not any(
                 Task.FORWARD_DYNAMICS in parse_task_weights(weights)
-                for weights in [self.task_weights, *(w for _, w in parse_curriculum(self.curriculum))]):
+                for weights in [self.task_weights, *(w for _, w in phases)]):
             raise ValueError(f"--latent-foreground-weight {self.latent_foreground_weight} weighs forward dynamics' "
                              "generated frames, but neither --task-weights nor --curriculum has forward_dynamics; "
                              "add it, or leave the weight at 0")
-        phased = sum(steps for steps, _ in parse_curriculum(self.curriculum))
+        phased = sum(steps for steps, _ in phases)
         if phased > self.steps:
             raise ValueError(f"--curriculum {self.curriculum!r} has {phased} steps, more than --steps {self.steps}; "
                              "its phases are part of the run's steps")
