@@ -34,7 +34,7 @@ import gymnasium as gym
 
 from .train.args import guidance_override, parse_args, require_at_least
 from .world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
-from .rollout.procedural_world import GOALS
+from .rollout.procedural_world import GOALS, checked_success_margin
 from .world.pusht_coverage import require_gym_pusht
 
 
@@ -56,6 +56,7 @@ class WorldEvalArgs:
     seed: int = 0  # reset seeds seed ..; also the shuffle, the random actions and the bootstrap
     checkpoint: str = ""  # the world model's weights (default: the embedded model; pusht: the shipped PushT model)
     disagreement: int = 0  # K >= 2: sample each imagined step K times (K times slower); AUROC of the spread
+    success_margin: float = 0.0  # pixels: imagined success needs the object this much nearer the goal than the true world's radius (4.8 px); 0: the same rule
     device: str = ""  # "": cuda where torch sees a GPU, else cpu
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
     overwrite: bool = False  # replace the world_eval files already in --out (kept otherwise: the run is refused)
@@ -66,8 +67,9 @@ class WorldEvalArgs:
         require_at_least(self, episodes=2, horizon=1, clone_clips=1, threads=0)
         if self.world not in WORLDS:
             raise ValueError(f"--world {self.world!r} is not one of {list(WORLDS)}")
-        if self.world == "pusht" and (self.goal or self.disagreement):
-            raise ValueError("--goal and --disagreement are the procedural world's; leave them out with --world pusht")
+        if self.world == "pusht" and (self.goal or self.disagreement or self.success_margin):
+            raise ValueError("--goal, --disagreement and --success-margin are the procedural world's; leave them out "
+                             "with --world pusht")
         if self.world == "pusht":
             require_gym_pusht("--world pusht")
         defaults = {f.name: f.default for f in fields(self)}
@@ -87,6 +89,7 @@ class WorldEvalArgs:
         if min(self.noise_list) < 0 or len(set(self.noise_list)) < len(self.noise_list):
             raise ValueError(f"--noise-levels {self.noise_levels}: use distinct values >= 0")
         self.sampler = {**guidance_override(self), **self._sde_noise_override()}  # refused before anything loads
+        checked_success_margin(self.success_margin, name="--success-margin")
         if self.goal and self.goal not in GOALS:
             raise ValueError(f"--goal {self.goal!r} is not a goal corner; use one of {list(GOALS)} (quoted), or "
                              "leave it out for a random corner per episode")
@@ -153,7 +156,7 @@ def _worlds(args: WorldEvalArgs) -> tuple:
     policies = scripted_policies(chunk=truth.action_space.shape[0], noise_levels=args.noise_list)
     return (model, truth, policies, lambda n: gym.make("Cosmos3World-v0", num_steps=n, goal=goal, model=model,
                                                        horizon=args.horizon, disagreement=args.disagreement,
-                                                       **sampler),
+                                                       success_margin=args.success_margin, **sampler),
             {}, "success", ("Cosmos3World-v0", "ProceduralWorld-v0"))
 
 
@@ -181,7 +184,8 @@ def main(argv=None) -> dict:
     header = (f"# cosmos3-gym world-eval{pusht_flags} --episodes {args.episodes} --num-steps {args.num_steps}"
               f"{guidance_flag} --noise-levels {args.noise_levels} --seed {args.seed}{goal_flag}"
               + (f" --checkpoint {args.checkpoint}" if args.checkpoint else "")
-              + (f" --disagreement {args.disagreement}" if args.disagreement else "") +
+              + (f" --disagreement {args.disagreement}" if args.disagreement else "")
+              + (f" --success-margin {args.success_margin:g}" if args.success_margin else "") +
               f" --device {args.device}; {platform.machine()}, torch {torch.__version__}, "
               f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")
     sections = [header]

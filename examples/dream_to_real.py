@@ -37,6 +37,7 @@ from tqdm import tqdm
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.train.args import apply_quick, guidance_override, parse_args, require_at_least
 from cosmos3_gym.model.model import check_checkpoint
+from cosmos3_gym.rollout.procedural_world import checked_success_margin
 from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
 from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
 
@@ -48,6 +49,7 @@ class Args:
     n_steps: int = 32  # PPO rollout length per env
     num_steps: int = 4  # denoising steps of one imagined chunk
     guidance: float = 0.0  # the imagined world's classifier-free guidance scale (0: Cosmos3World-v0's default)
+    success_margin: float = 0.0  # pixels: the dream calls success only this much inside the true radius (0: the same rule)
     goal: str = "top left"  # the corner of every episode (a pixel-only policy cannot read the prompt)
     eval_episodes: int = 100
     device: str = "cuda" if torch.cuda.is_available() else "cpu"  # the world model's
@@ -62,6 +64,7 @@ class Args:
             apply_quick(self, self.QUICK)
         require_at_least(self, timesteps=1, num_envs=1, n_steps=2, num_steps=1, eval_episodes=1)
         guidance_override(self)
+        checked_success_margin(self.success_margin, name="--success-margin")
         if self.checkpoint:  # now, not after the true-world agent has trained
             try:
                 check_checkpoint(self.checkpoint)
@@ -111,7 +114,8 @@ def main(args: Args) -> None:
     guidance = guidance_override(args)
     dream_envs = Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(args.num_envs, goal=args.goal, num_steps=args.num_steps,
                                                         autoreset_mode=AutoresetMode.SAME_STEP,
-                                                        checkpoint=args.checkpoint, device=args.device, **guidance))
+                                                        checkpoint=args.checkpoint, device=args.device,
+                                                        success_margin=args.success_margin, **guidance))
     rng = np.random.default_rng(args.seed)
     results = {"random commands": success_rate(lambda obs: rng.uniform(-1, 1, (8, 2)).astype(np.float32),
                                                args.eval_episodes, eval_seed, args.goal)}
@@ -130,7 +134,8 @@ def main(args: Args) -> None:
              else "undefined (no success in the true world: raise --timesteps)")
     lines = [f"success rate in ProceduralWorld-v0 over {args.eval_episodes} episodes "
              f"(goal: {args.goal}; PPO budget {args.timesteps} chunks each, seed {args.seed}; imagined with "
-             f"{args.num_steps} denoising steps, guidance {dream_envs.venv.preset.guidance_scale:g})"]
+             f"{args.num_steps} denoising steps, guidance {dream_envs.venv.preset.guidance_scale:g}"
+             + (f", success margin {args.success_margin:g} px" if args.success_margin else "") + ")"]
     lines += [f"{name:<32} {rate:6.1%}" for name, rate in results.items()]
     lines.append(f"dream / real: {ratio}")
     text = "\n".join(lines)

@@ -290,13 +290,15 @@ def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_f
     assert len(noise_sb3) == 1 and "take no Dict action space" in noise_sb3[0] and not noise_sb3[0].endswith(" ok")
 
 
-def test_world_eval_passes_the_sampler_flags_to_the_imagined_env(tmp_path, keep_threads):
+def test_world_eval_passes_the_sampler_and_success_flags_to_the_imagined_env(tmp_path, keep_threads):
     from cosmos3_gym.world_eval import WorldEvalArgs, _worlds
 
-    for flags, expected in (({}, (1.0, 0.7)), ({"sde_noise": "0", "guidance": 2.0}, (2.0, 0.0))):
+    for flags, expected in (({}, (1.0, 0.7, 4.8)), ({"sde_noise": "0", "guidance": 2.0, "success_margin": 1.5},
+                                                   (2.0, 0.0, 3.3))):
         dream = _worlds(WorldEvalArgs(device="cpu", progress=False, out=str(tmp_path), **flags))[3](2)
-        preset = dream.unwrapped.vector.preset
-        assert (preset.guidance_scale, preset.noise_level) == expected
+        vector = dream.unwrapped.vector
+        assert (vector.preset.guidance_scale, vector.preset.noise_level) == expected[:2]
+        assert vector.success_radius * vector.size == pytest.approx(expected[2])  # pixels
         dream.close()
 
 
@@ -329,7 +331,9 @@ def test_world_eval_takes_its_own_flags(capsys, keep_threads):
                            (["--guidance", "0.5"], "--guidance 0.5: use 0 (the env's default) or a finite scale >= 1"),
                            (["--guidance", "nan"], "--guidance nan: use 0 (the env's default) or a finite scale"),
                            (["--sde-noise", "1.5"], "--sde-noise 1.5: use a noise level in [0, 1]"),
-                           (["--sde-noise", "nan"], "--sde-noise nan: use a noise level in [0, 1]")):
+                           (["--sde-noise", "nan"], "--sde-noise nan: use a noise level in [0, 1]"),
+                           (["--success-margin", "5"], "--success-margin=5.0 is invalid; use pixels in [0, 4.8)"),
+                           (["--world", "pusht", "--success-margin", "1"], "--success-margin are the procedural")):
         with pytest.raises(SystemExit) as exit_:
             cli.main(["world-eval", *flags])
         assert exit_.value.code == 2 and message in capsys.readouterr().err

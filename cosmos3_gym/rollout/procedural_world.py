@@ -150,6 +150,17 @@ def checked_goal(goal) -> str | None:
     return None if goal is None else str(goal)
 
 
+def checked_success_margin(margin, size: int = 32, name: str = "success_margin") -> float:
+    """A pessimistic imagined world's margin in pixels: a real number in [0, the success radius in
+    pixels at ``size``); anything else raises, naming ``name``."""
+    radius = SUCCESS_RADIUS * size
+    if isinstance(margin, bool) or not isinstance(margin, (int, float, np.integer, np.floating)) \
+            or not 0.0 <= float(margin) < radius:  # also refuses nan
+        raise ValueError(f"{name}={margin!r} is invalid; use pixels in [0, {radius:g}) (the success radius at "
+                         f"size={size}; 0: the true world's rule)")
+    return float(margin)
+
+
 def sample_task(rng: np.random.Generator, size: int = 32, goal: str | None = None) -> PushTask:
     """A random object, anywhere but already in its goal, and a goal corner (``goal``, or a random one)."""
     goal = checked_goal(goal)
@@ -255,11 +266,13 @@ def succeeds(task: PushTask, commands: np.ndarray, size: int = 32) -> bool:
     return goal_distance(tuple(end), task.goal, size) <= SUCCESS_RADIUS
 
 
-def task_reward(before: np.ndarray, frames: np.ndarray, goal: str) -> tuple[float, bool]:
+def task_reward(before: np.ndarray, frames: np.ndarray, goal: str,
+                radius: float = SUCCESS_RADIUS) -> tuple[float, bool]:
     """``(reward, success)`` of a chunk: the progress toward ``goal`` (the drop in the detected
     object's distance to it, as a fraction of the width, from frame ``before`` to the chunk's
-    last frame) plus :data:`SUCCESS_BONUS` when the last frame has it within
-    :data:`SUCCESS_RADIUS`. An object the detector cannot find counts as maximally far."""
+    last frame) plus :data:`SUCCESS_BONUS` when the last frame has it within ``radius`` (a fraction
+    of the width; the world's :data:`SUCCESS_RADIUS`, or less for an imagined world that asks for a
+    margin). An object the detector cannot find counts as maximally far."""
     far = float(np.hypot(1.0, 1.0))
 
     def distance(frame):
@@ -270,7 +283,7 @@ def task_reward(before: np.ndarray, frames: np.ndarray, goal: str) -> tuple[floa
         return float(np.hypot(found[0] - gx, found[1] - gy))
 
     after = distance(frames[-1])
-    success = after <= SUCCESS_RADIUS
+    success = after <= radius
     return distance(before) - after + (SUCCESS_BONUS if success else 0.0), bool(success)
 
 

@@ -28,7 +28,8 @@ from ..env.spaces import build_engine, checked_action, checked_options
 from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from ..env.infos import object_column
 from ..env.single_view import SingleEnvView, check_view_keywords
-from ..rollout.procedural_world import PushTask, checked_goal, draw, push, sample_task, task_reward
+from ..rollout.procedural_world import (SUCCESS_RADIUS, PushTask, checked_goal, checked_success_margin, draw, push,
+                                       sample_task, task_reward)
 
 CHUNK, HORIZON, SIZE = 8, 8, 32
 COMMAND_HINT = "(a velocity command (dx, dy) per frame); clip the commands to [-1, 1]"
@@ -166,7 +167,11 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     :class:`~cosmos3_gym.model.model.Cosmos3Model`; not with ``checkpoint``), ``disagreement`` (opt-in
     uncertainty: ``K >= 2`` imagines each step ``K`` times with different noise and reports the spread
     as ``infos["disagreement"]``, the mean per-pixel standard deviation in [0, 1]; the episode itself
-    is the first sample, exactly as without the option; costs ``K`` generations a step).
+    is the first sample, exactly as without the option; costs ``K`` generations a step),
+    ``success_margin`` (opt-in pessimism, in pixels: an imagined success needs the detected object
+    within the success radius minus this margin of the goal, so that a dream off by up to the margin
+    does not call a success the true world would miss; default 0, the true world's rule; what it
+    buys on the harness: BENCHMARKS.md, "How far the dream can be trusted").
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -177,11 +182,13 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
                  goal: str | None = None, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 1.0,
                  noise_level: float = 0.7, domain: str = "pusht",
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 checkpoint: str = "", device=None, dtype=None, model=None, disagreement: int = 0):
+                 checkpoint: str = "", device=None, dtype=None, model=None, disagreement: int = 0,
+                 success_margin: float = 0.0):
         self.num_envs = _checked_int("num_envs", num_envs)
         self.disagreement = _checked_int("disagreement", disagreement, 0)
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
         self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
+        self.success_radius = SUCCESS_RADIUS - checked_success_margin(success_margin, self.size) / self.size
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.autoreset_mode, self.render_mode = checked_autoreset_mode(autoreset_mode), render_mode
@@ -253,7 +260,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     def _score_chunk(self, i: int, chunk: np.ndarray) -> tuple[float, bool, np.ndarray, dict]:
         """Env ``i``'s ``(reward, success, frames kept, extra infos)`` for its imagined ``chunk``
         (:func:`~cosmos3_gym.rollout.procedural_world.task_reward`, read by the world's detector)."""
-        reward, success = task_reward(self.frames[i], chunk, self.tasks[i].goal)
+        reward, success = task_reward(self.frames[i], chunk, self.tasks[i].goal, self.success_radius)
         return reward, success, chunk, {}
 
     def _prepare_step(self, actions: np.ndarray, stepping: list[int], rngs: list) -> PreparedStep:
@@ -406,6 +413,7 @@ class Cosmos3WorldEnv(SingleEnvView):
     ## Version History
     * v0: initial release; ``guidance_scale`` 4 by default until this release, now 1 (pass
       ``guidance_scale=4`` for the earlier imagination).
+      ``success_margin`` (opt-in, default 0: the episodes are as before) added later.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}

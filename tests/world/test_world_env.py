@@ -310,6 +310,37 @@ def test_disagreement_is_opt_in_and_leaves_the_episode_as_it_is(tiny_model):
         gym.make("Cosmos3World-v0", num_steps=2, model=tiny_model, disagreement=-1)
 
 
+def test_a_success_margin_asks_the_dream_for_the_object_that_much_nearer_the_goal(tiny_model):
+    """success_margin=m: an imagined chunk succeeds when its last frame's object is within the success
+    radius minus m pixels of the goal; the reward's progress term is the same, the bonus goes with
+    success. Scored on frames drawn at known distances, each over a pixel from either radius as drawn and detected (the truth's
+    rule: within 4.8 px at 32x32; the margin's: 2.3 px)."""
+    import gymnasium as gym
+
+    from cosmos3_gym.rollout.procedural_world import GOALS, SUCCESS_BONUS, SUCCESS_RADIUS, draw, locate
+
+    envs = {m: gym.make("Cosmos3World-v0", num_steps=1, goal="top left", model=tiny_model, success_margin=m)
+            for m in (0, 2.5)}
+    scores = {}
+    for m, env in envs.items():
+        env.reset(seed=0)
+        vector = env.unwrapped.vector
+        task = vector.tasks[0]
+        gx, gy = (c * 32 for c in GOALS["top left"])
+        for d in (1.0, 3.5, 6.5):  # pixels from the goal's centre, along x
+            chunk = np.stack([draw(task, (gx + d, gy))] * 8)
+            assert np.hypot(*(np.array(locate(chunk[-1])) * 32 - (gx, gy))) == pytest.approx(d, abs=0.75)  # the rasterised shape
+            reward, success, *_ = vector._score_chunk(0, chunk)
+            assert success == (d <= SUCCESS_RADIUS * 32 - m), (m, d)
+            scores[m, d] = reward
+    for d in (1.0, 3.5, 6.5):
+        expected_bonus = SUCCESS_BONUS if d == 3.5 else 0.0
+        assert scores[0, d] - scores[2.5, d] == pytest.approx(expected_bonus)
+    for bad in (-0.5, 4.8, float("nan"), "1"):
+        with pytest.raises(ValueError, match=rf"success_margin={bad!r} is invalid; use pixels in \[0, 4.8\)"):
+            gym.make("Cosmos3World-v0", num_steps=1, model=tiny_model, success_margin=bad)
+
+
 @pytest.mark.parametrize("env_id,typo,meant", [("Cosmos3World-v0", "num_step", "num_steps"),
                                                ("Cosmos3PushT-v0", "guidance", "guidance_scale")])
 def test_a_mistyped_keyword_names_the_one_meant_before_anything_loads(env_id, typo, meant, monkeypatch):
