@@ -135,7 +135,8 @@ def main(args: Args) -> None:
     lines = [f"success rate in ProceduralWorld-v0 over {args.eval_episodes} episodes "
              f"(goal: {args.goal}; PPO budget {args.timesteps} chunks each, seed {args.seed}; imagined with "
              f"{args.num_steps} denoising steps, guidance {dream_envs.venv.preset.guidance_scale:g}"
-             + (f", success margin {args.success_margin:g} px" if args.success_margin else "") + ")"]
+             + (f", success margin {dream_envs.venv.success_margin:g} px" if dream_envs.venv.success_margin else "")
+             + ")"]
     lines += [f"{name:<32} {rate:6.1%}" for name, rate in results.items()]
     lines.append(f"dream / real: {ratio}")
     text = "\n".join(lines)

@@ -53,9 +53,10 @@ def test_policy_grpo_smoke(tmp_path):
 
 def test_dream_to_real_smoke(tmp_path):
     out = run("dream_to_real.py", "--timesteps", "32", "--num-envs", "2", "--n-steps", "16", "--num-steps", "2",
-              "--eval-episodes", "2", tmp_path=tmp_path)
+              "--eval-episodes", "2", "--success-margin", "1.5", tmp_path=tmp_path)
     assert "PPO trained in imagination" in out and (tmp_path / "dream_to_real.png").exists()
-    assert (tmp_path / "dream_to_real.txt").read_text().strip().splitlines()[-1].startswith("dream / real:")
+    lines = (tmp_path / "dream_to_real.txt").read_text().strip().splitlines()
+    assert lines[-1].startswith("dream / real:") and lines[0].endswith(", success margin 1.5 px)")
 
 
 def test_pusht_dream_smoke(tmp_path):
@@ -92,6 +93,7 @@ def test_quick_takes_its_values_where_no_flag_is_given(script, quick, monkeypatc
     ("ppo_control.py", ["--num-envs", "2", "--total-timesteps", "1"], "--total-timesteps 1 is too small; use 32 or more"),
     ("dream_to_real.py", ["--eval-episodes", "0"], "--eval-episodes 0 is too small; use 1 or more"),
     ("dream_to_real.py", ["--checkpoint", "/no/such/dir"], "--checkpoint: checkpoint='/no/such/dir' is not a directory"),
+    ("dream_to_real.py", ["--success-margin", "-1"], "--success-margin=-1.0 is invalid; use pixels in [0, 4.8)"),
     ("quickstart.py", ["--scale", "0"], "--scale 0 is too small; use 1 or more"),
 ])
 def test_a_budget_too_small_or_a_missing_checkpoint_is_refused_before_anything_loads(script, flags, message, tmp_path,

@@ -188,7 +188,8 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         self.disagreement = _checked_int("disagreement", disagreement, 0)
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
         self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
-        self.success_radius = SUCCESS_RADIUS - checked_success_margin(success_margin, self.size) / self.size
+        self.success_margin = checked_success_margin(success_margin, self.size)  # pixels
+        self.success_radius = SUCCESS_RADIUS - self.success_margin / self.size  # imagined success: within this fraction
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.autoreset_mode, self.render_mode = checked_autoreset_mode(autoreset_mode), render_mode
