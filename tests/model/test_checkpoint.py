@@ -30,8 +30,9 @@ def test_shipped_checkpoint_is_the_builders_model_trained(tmp_path):
     assert shipped.keys() == untrained.keys() and all(torch.equal(shipped[k], untrained[k]) for k in shipped)
     assert (TINY_CHECKPOINT / "text_tokenizer" / "tokenizer.json").read_text() == \
         (tmp_path / "text_tokenizer" / "tokenizer.json").read_text()
-    # A run from scratch under 25 minutes (the VAE, then every task), continued (each continuation's record
-    # holds the one it continued under "continues") on diverse actions, every task kept, the VAE kept.
+    # A run from scratch under 25 minutes (the VAE, then every task), continued in runs under 30 minutes (each
+    # continuation's record holds the one it continued under "continues") on diverse actions, every task kept,
+    # the VAE kept.
     record, continuations = json.loads((TINY_CHECKPOINT / "training.json").read_text()), []
     while "continues" in record:
         continuations.append(record)
@@ -40,7 +41,7 @@ def test_shipped_checkpoint_is_the_builders_model_trained(tmp_path):
     for continued in continuations:
         assert continued["command"].startswith("python -m cosmos3_gym.train.world_model")
         assert continued["args"]["init_from"] == "cosmos3_gym/assets/cosmos3-tiny" and continued["args"]["vae_steps"] == 0
-        assert len(continued["args"]["action_mix"].split(",")) >= 6 and continued["seconds"] < 600
+        assert len(continued["args"]["action_mix"].split(",")) >= 6 and continued["seconds"] < 1800  # one device run
     scratch = record
     # the record keeps the command as it was run, when the trainer was cosmos3_gym.train_world_model
     assert scratch["command"].startswith("python -m cosmos3_gym.train_world_model")
