@@ -171,7 +171,7 @@ def main(argv=None) -> dict:
     model, truth, policies, make_dream, harness_kwargs, metric, (dream_name, truth_name) = _worlds(args)
     records, started, cpu = {}, time.perf_counter(), time.process_time()
     for num_steps in args.steps_list:
-        label = f"num_steps={num_steps}"
+        label = f"num_steps={num_steps}" + (f", success_margin={args.success_margin}" if args.success_margin else "")
         records[label] = evaluate_world(make_dream(num_steps), truth, policies, episodes=args.episodes,
                                         seed=args.seed, label=label, progress=args.progress, **harness_kwargs)
         print(f"{label}: {json.dumps(key_numbers(records[label]))}", flush=True)
@@ -185,7 +185,7 @@ def main(argv=None) -> dict:
               f"{guidance_flag} --noise-levels {args.noise_levels} --seed {args.seed}{goal_flag}"
               + (f" --checkpoint {args.checkpoint}" if args.checkpoint else "")
               + (f" --disagreement {args.disagreement}" if args.disagreement else "")
-              + (f" --success-margin {args.success_margin:g}" if args.success_margin else "") +
+              + (f" --success-margin {args.success_margin}" if args.success_margin else "") +
               f" --device {args.device}; {platform.machine()}, torch {torch.__version__}, "
               f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")
     sections = [header]

@@ -16,7 +16,7 @@ iteration it barely moves (``benchmarks/policy_grpo.txt``, ``benchmarks/policy_g
 
 Times: ~12 s per iteration on an H200 shared by 12 runs; on a 2-core x86_64 CPU (torch's CPU build,
 one thread, two runs side by side) ~35 s per iteration, 47 min for the 80 iterations; ``--quick``
-took 14.4 min beside another run on the shipped weights (success 0.035 -> 0.086 and true-world reward
+took 14.4 min beside another run on the weights continued once (success 0.035 -> 0.086 and true-world reward
 0.154 -> 0.293, first -> last fifth; seed 0). Over the first 20 iterations of the
 four H200 runs at these defaults (``benchmarks/policy_grpo_sweep/2-s*``) the mean reward rose on all
 four (first -> last fifth: 0.20 -> 0.38, 0.18 -> 0.28, 0.16 -> 0.24, 0.13 -> 0.21) while the success

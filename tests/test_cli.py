@@ -332,7 +332,7 @@ def test_world_eval_takes_its_own_flags(capsys, keep_threads):
                            (["--guidance", "nan"], "--guidance nan: use 0 (the env's default) or a finite scale"),
                            (["--sde-noise", "1.5"], "--sde-noise 1.5: use a noise level in [0, 1]"),
                            (["--sde-noise", "nan"], "--sde-noise nan: use a noise level in [0, 1]"),
-                           (["--success-margin", "5"], "--success-margin=5.0 is invalid; use pixels in [0, 4.8)"),
+                           (["--success-margin", "5"], "--success-margin 5.0: use a number of pixels in [0, 4.8)"),
                            (["--world", "pusht", "--success-margin", "1"], "--success-margin are the procedural")):
         with pytest.raises(SystemExit) as exit_:
             cli.main(["world-eval", *flags])

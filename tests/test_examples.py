@@ -93,7 +93,7 @@ def test_quick_takes_its_values_where_no_flag_is_given(script, quick, monkeypatc
     ("ppo_control.py", ["--num-envs", "2", "--total-timesteps", "1"], "--total-timesteps 1 is too small; use 32 or more"),
     ("dream_to_real.py", ["--eval-episodes", "0"], "--eval-episodes 0 is too small; use 1 or more"),
     ("dream_to_real.py", ["--checkpoint", "/no/such/dir"], "--checkpoint: checkpoint='/no/such/dir' is not a directory"),
-    ("dream_to_real.py", ["--success-margin", "-1"], "--success-margin=-1.0 is invalid; use pixels in [0, 4.8)"),
+    ("dream_to_real.py", ["--success-margin", "-1"], "--success-margin -1.0: use a number of pixels in [0, 4.8)"),
     ("quickstart.py", ["--scale", "0"], "--scale 0 is too small; use 1 or more"),
 ])
 def test_a_budget_too_small_or_a_missing_checkpoint_is_refused_before_anything_loads(script, flags, message, tmp_path,

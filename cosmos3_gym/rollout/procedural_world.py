@@ -11,6 +11,7 @@ left"; :func:`task_reward` scores a chunk of frames, the object's centre read ba
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,13 +153,19 @@ def checked_goal(goal) -> str | None:
 
 def checked_success_margin(margin, size: int = 32, name: str = "success_margin") -> float:
     """A pessimistic imagined world's margin in pixels: a real number in [0, the success radius in
-    pixels at ``size``); anything else raises, naming ``name``."""
+    pixels at ``size``), returned as a float (-0.0 as 0.0); anything else raises ``ValueError`` naming
+    ``name`` (a keyword, or a command-line flag such as ``--success-margin``)."""
     radius = SUCCESS_RADIUS * size
-    if isinstance(margin, bool) or not isinstance(margin, (int, float, np.integer, np.floating)) \
-            or not 0.0 <= float(margin) < radius:  # also refuses nan
-        raise ValueError(f"{name}={margin!r} is invalid; use pixels in [0, {radius:g}) (the success radius at "
-                         f"size={size}; 0: the true world's rule)")
-    return float(margin)
+    real = not isinstance(margin, bool) and isinstance(margin, (int, float, np.integer, np.floating))
+    try:
+        value = float(margin) if real else math.nan
+    except OverflowError:  # an int beyond float's range
+        value = math.inf
+    if not 0.0 <= value < radius:  # also refuses nan
+        said = f"{name} {margin!r}:" if name.startswith("--") else f"{name}={margin!r} is invalid;"
+        raise ValueError(f"{said} use a number of pixels in [0, {radius:g}) (the success radius, "
+                         f"{SUCCESS_RADIUS:g} of the width at size={size}; 0: the true world's rule)")
+    return value + 0.0
 
 
 def sample_task(rng: np.random.Generator, size: int = 32, goal: str | None = None) -> PushTask:

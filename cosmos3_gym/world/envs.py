@@ -168,10 +168,13 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     uncertainty: ``K >= 2`` imagines each step ``K`` times with different noise and reports the spread
     as ``infos["disagreement"]``, the mean per-pixel standard deviation in [0, 1]; the episode itself
     is the first sample, exactly as without the option; costs ``K`` generations a step),
-    ``success_margin`` (opt-in pessimism, in pixels: an imagined success needs the detected object
-    within the success radius minus this margin of the goal, so that a dream off by up to the margin
-    does not call a success the true world would miss; default 0, the true world's rule; what it
-    buys on the harness: BENCHMARKS.md, "How far the dream can be trusted").
+    ``success_margin`` (opt-in pessimism, in pixels, in [0, 0.15 * size): an imagined success needs the
+    detected object within the success radius (0.15 of the width: 4.8 px at size 32) minus this margin
+    of the goal, so that a dream off by up to the margin does not call a success the true world would
+    miss; default 0, the true world's rule. Train in a pessimistic dream (the embedded model, 36 seeds:
+    2.5 px cut the harness's exploit rate from 27 % to 4 %), but rank and evaluate policies at 0: near-radius
+    successes become rare in imagination, and a margin near the radius leaves almost none; see
+    BENCHMARKS.md, "How far the dream can be trusted").
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -188,8 +191,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         self.disagreement = _checked_int("disagreement", disagreement, 0)
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
         self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
-        self.success_margin = checked_success_margin(success_margin, self.size)  # pixels
-        self.success_radius = SUCCESS_RADIUS - self.success_margin / self.size  # imagined success: within this fraction
+        self._success_margin = checked_success_margin(success_margin, self.size)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.autoreset_mode, self.render_mode = checked_autoreset_mode(autoreset_mode), render_mode
@@ -213,6 +215,16 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     @property
     def model(self):
         return self.engine.model
+
+    @property
+    def success_margin(self) -> float:
+        """The ``success_margin`` this env was made with, in pixels (read-only: make another env to change it)."""
+        return self._success_margin
+
+    @property
+    def success_radius(self) -> float:
+        """Imagined success: the object's centre within this fraction of the width of the goal's."""
+        return SUCCESS_RADIUS - self._success_margin / self.size
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
         checked_options(options, (), self.reset_hint)
@@ -414,7 +426,7 @@ class Cosmos3WorldEnv(SingleEnvView):
     ## Version History
     * v0: initial release; ``guidance_scale`` 4 by default until this release, now 1 (pass
       ``guidance_scale=4`` for the earlier imagination).
-      ``success_margin`` (opt-in, default 0: the episodes are as before) added later.
+      ``success_margin`` added since (opt-in; its default, 0, keeps the episodes as they were).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
@@ -423,6 +435,11 @@ class Cosmos3WorldEnv(SingleEnvView):
         check_view_keywords("Cosmos3World-v0", Cosmos3WorldVectorEnv, kwargs)
         super().__init__(Cosmos3WorldVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
                                                **kwargs), render_mode, bounds_hint=COMMAND_HINT)
+
+    @property
+    def success_margin(self) -> float:
+        """The ``success_margin`` this env was made with, in pixels (see :class:`Cosmos3WorldVectorEnv`)."""
+        return self.vector.success_margin
 
     def render(self):
         return self.vector.render()[0] if can_render(self) else None

@@ -310,35 +310,59 @@ def test_disagreement_is_opt_in_and_leaves_the_episode_as_it_is(tiny_model):
         gym.make("Cosmos3World-v0", num_steps=2, model=tiny_model, disagreement=-1)
 
 
-def test_a_success_margin_asks_the_dream_for_the_object_that_much_nearer_the_goal(tiny_model):
-    """success_margin=m: an imagined chunk succeeds when its last frame's object is within the success
-    radius minus m pixels of the goal; the reward's progress term is the same, the bonus goes with
-    success. Scored on frames drawn at known distances, each over a pixel from either radius as drawn and detected (the truth's
-    rule: within 4.8 px at 32x32; the margin's: 2.3 px)."""
+def test_a_success_margin_asks_the_dream_for_the_object_that_much_nearer_the_goal(tiny_model, monkeypatch):
+    """success_margin=m: an imagined chunk succeeds (terminated, info['success'], the bonus) when its
+    last frame's object is within the success radius minus m pixels of the goal; the progress term of
+    the reward is the same. The dream is made to imagine frames drawn at known distances, each over a
+    pixel from either radius as drawn and detected (the truth's rule: 4.8 px at 32x32; the margin's: 2.3 px)."""
     import gymnasium as gym
 
-    from cosmos3_gym.rollout.procedural_world import GOALS, SUCCESS_BONUS, SUCCESS_RADIUS, draw, locate
+    from cosmos3_gym.rollout.procedural_world import GOALS, SUCCESS_BONUS, draw, locate
+    from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
 
-    envs = {m: gym.make("Cosmos3World-v0", num_steps=1, goal="top left", model=tiny_model, success_margin=m)
-            for m in (0, 2.5)}
-    scores = {}
-    for m, env in envs.items():
-        env.reset(seed=0)
-        vector = env.unwrapped.vector
-        task = vector.tasks[0]
-        gx, gy = (c * 32 for c in GOALS["top left"])
-        for d in (1.0, 3.5, 6.5):  # pixels from the goal's centre, along x
-            chunk = np.stack([draw(task, (gx + d, gy))] * 8)
-            assert np.hypot(*(np.array(locate(chunk[-1])) * 32 - (gx, gy))) == pytest.approx(d, abs=0.75)  # the rasterised shape
-            reward, success, *_ = vector._score_chunk(0, chunk)
-            assert success == (d <= SUCCESS_RADIUS * 32 - m), (m, d)
-            scores[m, d] = reward
+    gx, gy = (c * 32 for c in GOALS["top left"])
+    imagined_at = {}  # the distance from the goal the next imagined chunk ends at
+
+    class Trajectory:
+        log_prob_sums = np.zeros(1)
+
+    def imagine(self, slots, tasks, frames, actions, rngs):  # the model's generation, replaced
+        chunk = np.stack([draw(tasks[0], (gx + imagined_at["d"], gy))] * self.chunk)
+        return chunk[None], [Trajectory()], None
+
+    monkeypatch.setattr(Cosmos3WorldVectorEnv, "_imagine", imagine)
+    outcomes = {}
+    for m in (0, 2.5):
+        env = gym.make("Cosmos3World-v0", num_steps=1, goal="top left", model=tiny_model, success_margin=m)
+        assert env.unwrapped.success_margin == m
+        for d in (1.0, 3.5, 6.5):
+            env.reset(seed=0)
+            imagined_at["d"] = d
+            frame = draw(env.unwrapped.vector.tasks[0], (gx + d, gy))
+            assert np.hypot(*(np.array(locate(frame)) * 32 - (gx, gy))) == pytest.approx(d, abs=0.75)  # rasterised
+            _, reward, terminated, truncated, info = env.step(np.zeros((8, 2), np.float32))
+            assert terminated == info["success"] == (d <= 4.8 - m), (m, d)
+            outcomes[m, d] = reward
     for d in (1.0, 3.5, 6.5):
-        expected_bonus = SUCCESS_BONUS if d == 3.5 else 0.0
-        assert scores[0, d] - scores[2.5, d] == pytest.approx(expected_bonus)
-    for bad in (-0.5, 4.8, float("nan"), "1"):
-        with pytest.raises(ValueError, match=rf"success_margin={bad!r} is invalid; use pixels in \[0, 4.8\)"):
-            gym.make("Cosmos3World-v0", num_steps=1, model=tiny_model, success_margin=bad)
+        assert outcomes[0, d] - outcomes[2.5, d] == pytest.approx(SUCCESS_BONUS if d == 3.5 else 0.0)
+
+
+def test_a_bad_success_margin_is_refused_before_the_model_loads(monkeypatch):
+    import gymnasium as gym
+
+    from cosmos3_gym.model.model import Cosmos3Model
+    from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
+
+    monkeypatch.setattr(Cosmos3Model, "embedded", lambda *a, **k: pytest.fail("the model loaded"))
+    for bad in (-0.5, 4.8, float("nan"), float("inf"), True, "1", None, np.zeros(()), 10 ** 400):
+        with pytest.raises(ValueError, match=r"success_margin=.* is invalid; use a number of pixels in \[0, 4.8\)"):
+            gym.make("Cosmos3World-v0", num_steps=1, success_margin=bad)
+    with pytest.raises(ValueError, match=r"in \[0, 9.6\) \(the success radius, 0.15 of the width at size=64"):
+        Cosmos3WorldVectorEnv(2, size=64, success_margin=9.6)
+    from cosmos3_gym.rollout.procedural_world import checked_success_margin
+
+    assert [checked_success_margin(v) for v in (np.float32(1.5), np.int64(2), -0.0)] == [1.5, 2.0, 0.0]
+    assert str(checked_success_margin(-0.0)) == "0.0"
 
 
 @pytest.mark.parametrize("env_id,typo,meant", [("Cosmos3World-v0", "num_step", "num_steps"),
