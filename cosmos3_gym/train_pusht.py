@@ -23,8 +23,9 @@ Everything the model sees is what ``Cosmos3PushT-v0`` feeds it, read from the en
 rather than restated: the clips padded into the resolution tier's canvas, encoded and cropped as
 :meth:`~cosmos3_gym.model.model.Cosmos3Model.encode_action_clips` encodes the env's conditions, the
 env's prompt through the pipeline's action caption (its view point, fps and canvas size), the
-``pusht`` domain, and gym-pusht's targets scaled as :func:`cosmos3_gym.world.pusht.model_actions`
-scales them. Stage 1 fits the VAE along that path
+``pusht`` domain, and gym-pusht's targets in the model's units as :func:`cosmos3_gym.world.pusht.model_actions`
+gives them (``--action-frame``: the canvas, or relative to the agent each clip's first frame shows; the
+record's ``args.action_frame`` tells the env which). Stage 1 fits the VAE along that path
 (:func:`~cosmos3_gym.train.world_model.canvas_reconstruction`) and sets its latent statistics from
 the cropped latents; stage 2 fits the transformer with
 :mod:`cosmos3_gym.train.world_model`'s flow-matching objective and batches, on forward dynamics (what
@@ -61,7 +62,7 @@ from .train.args import parse_args, refuse_to_replace_a_checkpoint, require_at_l
 from .train.world_model import CONDITION_NOISE_MEANING, NUM_FRAMES, ActionPool, _fused, _lr, _update, \
     canvas_reconstruction, draw_tasks, flow_matching_loss, latent_cells, parse_task_weights, schedule_step, \
     train_step, trainable_model, training_batch, write_record
-from .world.pusht import CHUNK, PROMPT, Cosmos3PushTVectorEnv, model_actions
+from .world.pusht import ACTION_FRAMES, CHUNK, PROMPT, Cosmos3PushTVectorEnv, checkpoint_action_frame, model_actions
 from .world.pusht_coverage import SIZE
 from .world.pusht_data import DEFAULT_MIX, KINDS, Clips, generate
 
@@ -127,6 +128,10 @@ class PushTTrainArgs:
     imagined_conditions: float = 0.0  # share of forward dynamics' batches conditioned on the model's own imaginings
     imagined_steps: int = 4  # the denoising steps of those imaginings (world-eval --world pusht scores at 4)
     imagined_every: int = 0  # > 0: imagine them again with the weights of every this many steps (0: once, at the start)
+    # what the model's actions are measured from: "canvas" (targets scaled to [-1, 1]) or "agent" (each target
+    # minus the agent's position in the clip's first frame: translation-equivariant, as the procedural world's
+    # commands); empty: --init-from's (canvas without one). Cosmos3PushT-v0 reads it from training.json
+    action_frame: str = ""  # canvas or agent (empty: the --init-from checkpoint's, else canvas)
     log_every: int = 50
     max_minutes: float = 0.0  # > 0: the whole run (data included) ends its training after this long, then saves
 
@@ -147,6 +152,9 @@ class PushTTrainArgs:
                                     foreground_weight="0: every element weighted alike",
                                     latent_foreground_weight="0: every element weighted alike")
         require_at_least(self, imagined_steps=1, imagined_every=0)
+        if self.action_frame not in ("", *ACTION_FRAMES):
+            raise ValueError(f"--action-frame {self.action_frame!r} is invalid; use one of {ACTION_FRAMES} (or leave it "
+                             "out for --init-from's)")
         for name in ("near_goal", "held_out", "vae_share", "uncond_prob", "imagined_conditions"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
@@ -163,6 +171,8 @@ class PushTTrainArgs:
             raise ValueError("--imagined-every refreshes the imagined conditions, but --imagined-conditions is 0; "
                              "give it a share in (0, 1]")
         self._take_checkpoint_sizes()
+        if not self.action_frame:  # the record says the frame trained in, which the env reads
+            self.action_frame = checkpoint_action_frame(self.init_from) if self.init_from else "canvas"
         if self.clips_file and not Path(self.clips_file).is_file():
             raise ValueError(f"--clips-file {self.clips_file} is not a file; write one with "
                              "python -m cosmos3_gym.world.pusht_data --out FILE.npz")
@@ -351,17 +361,18 @@ def latent_foreground(model, clips: np.ndarray) -> torch.Tensor:
 
 
 @torch.no_grad()
-def pusht_pool(model, clips: Clips, resolution_tier: int, device, latent_foreground_weight: float = 0.0
-               ) -> ActionPool:
+def pusht_pool(model, clips: Clips, resolution_tier: int, device, latent_foreground_weight: float = 0.0,
+               action_frame: str = "canvas") -> ActionPool:
     """The clips encoded once as the env encodes its conditions (the VAE is causal: latent frame 0 is
-    also the forward-dynamics condition), with the env's prompt and its scaling of the actions; with
+    also the forward-dynamics condition), with the env's prompt and its actions in ``action_frame``
+    (:func:`clip_actions`); with
     ``latent_foreground_weight``, the loss weights ``1 + latent_foreground_weight`` where a latent
     element sees a pixel that is not the table: the block, the agent or the goal (:func:`latent_foreground`)."""
     from tqdm import tqdm
 
     latents = [model.encode_action_clips(clips.frames[start:start + ENCODE_BATCH], resolution_tier, NUM_FRAMES)
                for start in tqdm(range(0, len(clips), ENCODE_BATCH), desc="encode clips")]
-    commands = torch.from_numpy(model_actions(clips.actions)).to(device)
+    commands = torch.from_numpy(clip_actions(clips.actions, clips.frames[:, 0], action_frame)).to(device)
     latents = torch.cat(latents)
     weights = None
     if latent_foreground_weight:
@@ -372,6 +383,12 @@ def pusht_pool(model, clips: Clips, resolution_tier: int, device, latent_foregro
                              f"{tuple(weights.shape[2:])} compressed by the VAE's factors")
         weights = weights.to(latents.device)
     return ActionPool([PROMPT] * len(clips), latents, commands, weights)
+
+
+def clip_actions(actions: np.ndarray, first_frames: np.ndarray, action_frame: str) -> np.ndarray:
+    """Clips' gym-pusht ``actions`` in the model's units, as the env converts a chunk that starts at
+    ``first_frames`` (:func:`~cosmos3_gym.world.pusht.model_actions` in ``action_frame``)."""
+    return model_actions(actions, first_frames if action_frame == "agent" else None)
 
 
 def successors(clips: Clips, among: np.ndarray) -> np.ndarray:
@@ -394,8 +411,9 @@ def imagined_pool(model, clips: Clips, everything: ActionPool, index: np.ndarray
     imagined from its first frame under its actions, with ``Cosmos3PushT-v0``'s generation and
     ``--imagined-steps`` steps (:meth:`~cosmos3_gym.world.envs.Cosmos3WorldVectorEnv.imagine`, the world
     env PushT's is built on, which needs no gym-pusht), its last frame encoded as the env encodes a
-    condition. In closed loop the env conditions every chunk after the first on such a frame; trained
-    on clean frames alone, a model meets blur and drift it never saw there (DAgger's argument)."""
+    condition, and the clip's actions measured from it (the agent frame reads the agent there). In closed
+    loop the env conditions every chunk after the first on such a frame; trained on clean frames alone, a
+    model meets blur and drift it never saw there (DAgger's argument)."""
     from tqdm import tqdm
 
     from .world.envs import Cosmos3WorldVectorEnv
@@ -403,22 +421,25 @@ def imagined_pool(model, clips: Clips, everything: ActionPool, index: np.ndarray
     sampler = {name: ENV_DEFAULTS[name] for name in ("guidance_scale", "noise_level", "kind")}
     world = Cosmos3WorldVectorEnv(EVAL_BATCH, chunk=CHUNK, size=SIZE, num_steps=args.imagined_steps, domain=ENV_DOMAIN,
                                   model=model, **sampler)
-    rng, conditions = np.random.default_rng([args.data_seed, 2, seed]), []
+    rng, conditions, starts = np.random.default_rng([args.data_seed, 2, seed]), [], []
     training = model.transformer.training
     model.transformer.eval()
     try:
         for start in tqdm(range(0, len(index), EVAL_BATCH), desc="imagined conditions"):
             previous = index[start:start + EVAL_BATCH] - 1
             seeds = rng.integers(0, 2 ** 62, len(previous)).tolist()
-            chunks = world.imagine(clips.frames[previous, 0], model_actions(clips.actions[previous]), seeds,
-                                   [PROMPT] * len(previous))
+            chunks = world.imagine(clips.frames[previous, 0], clip_actions(clips.actions[previous],
+                                                                          clips.frames[previous, 0], args.action_frame),
+                                   seeds, [PROMPT] * len(previous))
+            starts.append(chunks[:, -1])
             conditions.append(model.encode_action_clips(chunks[:, -1:], args.resolution_tier, NUM_FRAMES, given=1))
     finally:
         model.transformer.train(training)
     pool = everything.take(index)
     latents = pool.latents.clone()
     latents[:, :, :1] = torch.cat(conditions).to(latents.device)
-    return dataclasses.replace(pool, latents=latents)
+    commands = clip_actions(clips.actions[index], np.concatenate(starts), args.action_frame)
+    return dataclasses.replace(pool, latents=latents, commands=torch.from_numpy(commands).to(pool.commands.device))
 
 
 @torch.no_grad()
@@ -520,7 +541,8 @@ def main(argv=None) -> int:
     model = trainable_model(components, args.device)  # anew: its pipeline reads the VAE's new latent statistics
     if args.steps:
         # 4. the clips encoded once, as the env encodes its conditions
-        everything = pusht_pool(model, clips, args.resolution_tier, args.device, args.latent_foreground_weight)
+        everything = pusht_pool(model, clips, args.resolution_tier, args.device, args.latent_foreground_weight,
+                                args.action_frame)
         pools = {"dynamics": everything.take(np.flatnonzero(~held))}
         if expert.any():
             pools["expert"] = pools["dynamics"].take(np.flatnonzero(expert))

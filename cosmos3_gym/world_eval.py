@@ -139,17 +139,19 @@ def _worlds(args: WorldEvalArgs) -> tuple:
     goal = args.goal or None
     sampler = args.sampler  # the imagined env's guidance_scale and noise_level, where the flags set them
     if args.world == "pusht":
-        from .world.pusht import PUSHT_CHECKPOINT
+        from .world.pusht import PUSHT_CHECKPOINT, checkpoint_action_frame
         from .world.pusht_data import generate
         from .world.pusht_eval import pusht_harness_kwargs, pusht_policies
 
         model = Cosmos3Model.from_pretrained(args.checkpoint or PUSHT_CHECKPOINT, device=args.device)
+        action_frame = checkpoint_action_frame(args.checkpoint or PUSHT_CHECKPOINT)  # the frame it was trained in
         truth = gym.make("PushT-Twin-v0", horizon=args.horizon)
         clips = generate(args.clone_clips, seed=args.seed + 1, mix={"push": 1.0}, progress=args.progress)
         policies = pusht_policies(noise_levels=args.noise_list, clips=clips)
         return (model, truth, policies, lambda n: gym.make("Cosmos3PushT-v0", num_steps=n, horizon=args.horizon,
-                                                           model=model, **sampler),
-                pusht_harness_kwargs(), "return", ("Cosmos3PushT-v0", "PushT-Twin-v0 (gym-pusht)"))
+                                                           model=model, action_frame=action_frame, **sampler),
+                pusht_harness_kwargs(), "return",
+                (f"Cosmos3PushT-v0 (actions in the {action_frame} frame)", "PushT-Twin-v0 (gym-pusht)"))
     model = (Cosmos3Model.from_pretrained(args.checkpoint, device=args.device) if args.checkpoint
              else Cosmos3Model.embedded(device=args.device))
     truth = gym.make("ProceduralWorld-v0", goal=goal, horizon=args.horizon)

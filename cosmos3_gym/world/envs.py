@@ -266,8 +266,9 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         tasks = {i: sample_task(rngs[i], self.size, self.goal) for i in envs}
         return {i: (task, draw(task, task.start, self.size)) for i, task in tasks.items()}
 
-    def _model_actions(self, actions: np.ndarray) -> np.ndarray:
-        """The robot action chunks the model is conditioned on (this world: the commands as they are)."""
+    def _model_actions(self, actions: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        """The robot action chunks the model is conditioned on, given the frames they start from (this
+        world: the commands as they are)."""
         return actions
 
     def _score_chunk(self, i: int, chunk: np.ndarray) -> tuple[float, bool, np.ndarray, dict]:
@@ -285,7 +286,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         if stepping:
             imagined, trajectories, spread = self._imagine(stepping, [self.tasks[i] for i in stepping],
                                                            self.frames[stepping],
-                                                           self._model_actions(actions[stepping]), rngs)
+                                                           self._model_actions(actions[stepping], self.frames[stepping]), rngs)
             infos.update(self._disagreement_infos(stepping, spread))
             mask = np.isin(np.arange(self.num_envs), stepping)
             chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
@@ -359,7 +360,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
                 raise ValueError(f"prompts[{j}]={prompt!r} is invalid; use a non-empty string (the env's: "
                                  "info['prompt'])")
         slots = list(range(count))  # the engine is scratch space between steps: no env's state lives there
-        return self._generate(slots, seeds, prompts, self._conditions(frames, self._model_actions(actions)))[:, 1:]
+        return self._generate(slots, seeds, prompts, self._conditions(frames, self._model_actions(actions, frames)))[:, 1:]
 
     def _conditions(self, frames: np.ndarray, model_actions: np.ndarray) -> list:
         """Forward dynamics' clean conditions of ``frames`` under ``model_actions``, encoded in one VAE call."""

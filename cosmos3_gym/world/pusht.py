@@ -21,11 +21,17 @@ and reads them from its imagined frames with :mod:`cosmos3_gym.world.pusht_cover
 pose fitted to a segmentation of gym-pusht's rendered colours, intersected with the goal; on
 gym-pusht's own frames 0.002 from its coverage on average, about 0.02 at worst).
 
-**Actions for the model.** Cosmos 3's ``pusht`` embodiment takes a 2-D action per frame. The chunk's
-target positions are scaled from gym-pusht's canvas to [-1, 1] (:func:`model_actions`:
-``a / 256 - 1``; x and y as gym-pusht gives them, y downwards), absolute targets, as LeRobot's PushT
-data records them (min-max normalised, with the canvas as the range). Deltas would need the agent's
-position, which an imagined world only has as pixels.
+**Actions for the model.** Cosmos 3's ``pusht`` embodiment takes a 2-D action per frame, in one of
+two frames (:func:`model_actions`; a checkpoint's ``training.json`` says which it was trained in, as
+``args.action_frame``, and the env follows it; ``action_frame=`` overrides):
+
+* ``"canvas"`` (the shipped model): the target positions scaled from gym-pusht's canvas to [-1, 1]
+  (``a / 256 - 1``; x and y as gym-pusht gives them, y downwards), absolute targets, as LeRobot's
+  PushT data records them (min-max normalised, with the canvas as the range);
+* ``"agent"``: each target relative to the agent as the conditioning frame shows it (the mass centre
+  of its colour, :func:`~cosmos3_gym.world.pusht_coverage.agent_position`), ``(a - agent) / 512``:
+  where to move the disc from where it is seen, the same thing anywhere on the canvas, as the
+  procedural world's commands are. A frame without the agent takes the canvas centre.
 
 **The model.** By default the PushT Cosmos 3 shipped in ``cosmos3_gym/assets/cosmos3-pusht``
 (:data:`PUSHT_CHECKPOINT`: the tiny model's classes, the transformer widened to 192 and 8 layers,
@@ -41,6 +47,7 @@ Needs ``pip install 'cosmos3-gym[pusht]'`` (gym-pusht: pymunk, pygame, shapely, 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +64,7 @@ from ..env.single_view import SingleEnvView, check_view_keywords
 from ..env.spaces import checked_action, checked_options
 from ..rollout.seeding import SEED_RANGE, checked_seed
 from .envs import Cosmos3WorldVectorEnv, _checked_int
-from .pusht_coverage import SIZE, chunk_coverages, make_pusht, pusht_reward
+from .pusht_coverage import SIZE, agent_position, chunk_coverages, make_pusht, pusht_reward
 
 CHUNK = 8  # gym-pusht actions per step (Cosmos 3 generates 1 + 4m frames: chunk is a multiple of 4)
 MAX_EPISODE_STEPS = 300  # gym-pusht's registered TimeLimit (gym_pusht/__init__.py)
@@ -74,9 +81,38 @@ def pusht_action_space(chunk: int = CHUNK) -> spaces.Box:
     return spaces.Box(0.0, CANVAS, (chunk, 2), np.float32)
 
 
-def model_actions(chunk: np.ndarray) -> np.ndarray:
-    """The ``pusht`` action units Cosmos 3 is conditioned on: target positions scaled to [-1, 1]."""
-    return (np.asarray(chunk, dtype=np.float32) / (CANVAS / 2) - 1.0).astype(np.float32)
+ACTION_FRAMES = ("canvas", "agent")  # what the model's actions are measured from (the module docstring)
+
+
+def model_actions(chunks: np.ndarray, frames: np.ndarray | None = None) -> np.ndarray:
+    """The ``pusht`` action units Cosmos 3 is conditioned on, ``[..., chunk, 2]`` from gym-pusht targets
+    ``chunks`` ``[..., chunk, 2]``: without ``frames``, the canvas frame (targets scaled to [-1, 1]);
+    with the chunks' conditioning ``frames`` (uint8 ``[..., 96, 96, 3]``), the agent frame (each target
+    minus the agent's position in its chunk's frame, over 512; the canvas centre where no agent shows)."""
+    chunks = np.asarray(chunks, dtype=np.float32)
+    if frames is None:
+        return (chunks / (CANVAS / 2) - 1.0).astype(np.float32)
+    frames = np.asarray(frames)
+    flat = frames.reshape(-1, *frames.shape[-3:])
+    seen = [agent_position(frame) for frame in flat]
+    anchors = np.stack([np.full(2, CANVAS / 2) if p is None else p for p in seen]).reshape(*frames.shape[:-3], 1, 2)
+    return ((chunks - anchors) / CANVAS).astype(np.float32)
+
+
+def checkpoint_action_frame(checkpoint: str) -> str:
+    """The action frame a PushT checkpoint was trained in: its ``training.json``'s ``args.action_frame``,
+    ``"canvas"`` where it has none (checkpoints from before the agent frame, or from elsewhere)."""
+    record = Path(checkpoint) / "training.json" if checkpoint else None
+    if record is None or not record.is_file():
+        return "canvas"
+    return checked_action_frame(json.loads(record.read_text()).get("args", {}).get("action_frame", "canvas"))
+
+
+def checked_action_frame(action_frame) -> str:
+    if action_frame not in ACTION_FRAMES:
+        raise ValueError(f"action_frame={action_frame!r} is invalid; use one of {ACTION_FRAMES} (what the model's "
+                         "actions are measured from: the canvas, or the agent the conditioning frame shows)")
+    return action_frame
 
 
 def default_horizon(chunk: int) -> int:
@@ -213,7 +249,8 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
     batched transformer forward per denoising step for all envs, ``infos["trajectory"]`` with the
     log-probs, autoreset modes, transactional calls); the task is PushT's: env ``i``'s first frame is
     gym-pusht's ``reset(seed=s + i)`` frame, each step imagines the ``chunk`` frames the chunk's
-    gym-pusht actions cause (conditioned on the current frame and :func:`model_actions`), and
+    gym-pusht actions cause (conditioned on the current frame and :func:`model_actions` of the chunk
+    in the model's ``action_frame``), and
     reward and success come from the imagined frames (see the module docstring). ``infos``:
     ``frames``, ``coverages`` (``[num_envs, chunk]``, read from the imagined frames), ``coverage``,
     ``played``, ``success``, ``log_prob_sum``, ``trajectory``, ``prompt``, ``seed`` (each env's
@@ -224,7 +261,8 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
     renderer; default True; False: the smooth fit only, faster, about 0.03 at worst), ``num_steps``,
     ``kind``, ``guidance_scale``, ``noise_level``, ``domain``, ``autoreset_mode``, ``render_mode``,
     ``checkpoint`` (a PushT-trained Cosmos 3; default: :data:`PUSHT_CHECKPOINT`), ``device``,
-    ``dtype``, ``model``.
+    ``dtype``, ``model``, ``action_frame`` (``"canvas"`` or ``"agent"``, what the model's actions are
+    measured from; default: the checkpoint's, :func:`checkpoint_action_frame`; ``"canvas"`` with ``model=``).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10, "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -236,7 +274,7 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
                  exact_coverage: bool = True, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,
                  noise_level: float = 0.7, domain: str = "pusht",
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 checkpoint: str = "", device=None, dtype=None, model=None):
+                 checkpoint: str = "", device=None, dtype=None, model=None, action_frame: str | None = None):
         chunk = _checked_chunk(chunk)
         horizon = default_horizon(chunk) if horizon is None else _checked_int("horizon", horizon)
         if not isinstance(prompt, str) or not prompt:
@@ -244,6 +282,8 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         self.pusht = make_pusht()  # before the model loads: a missing gym-pusht fails fast
         if not checkpoint and model is None:
             checkpoint = PUSHT_CHECKPOINT
+        self.action_frame = checkpoint_action_frame(checkpoint) if action_frame is None \
+            else checked_action_frame(action_frame)
         super().__init__(num_envs, chunk=chunk, horizon=horizon, size=SIZE, num_steps=num_steps, kind=kind,
                          guidance_scale=guidance_scale, noise_level=noise_level, domain=domain,
                          autoreset_mode=autoreset_mode, render_mode=render_mode, checkpoint=checkpoint, device=device,
@@ -274,8 +314,8 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         seeds = {i: int(rngs[i].integers(SEED_RANGE[1])) for i in envs}
         return {i: (PushTEpisode(seed, self.prompt), self._first_frame(seed)) for i, seed in seeds.items()}
 
-    def _model_actions(self, actions: np.ndarray) -> np.ndarray:
-        return model_actions(actions)
+    def _model_actions(self, actions: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        return model_actions(actions, frames if self.action_frame == "agent" else None)
 
     def _score_chunk(self, i: int, chunk: np.ndarray) -> tuple[float, bool, np.ndarray, dict]:
         """gym-pusht's rule on the imagined frames: coverage read from each frame, the chunk played

@@ -353,6 +353,23 @@ def block_centre(frame: np.ndarray) -> tuple[float, float] | None:
     return (x - np.sin(angle) * T_CENTROID_V) * scale, (y + np.cos(angle) * T_CENTROID_V) * scale
 
 
+def mass_centre(mask: np.ndarray) -> np.ndarray | None:
+    """The mean ``(x, y)`` of a mask's pixels in canvas units (the canvas point each pixel samples, as
+    gym-pusht's resize maps them), None for fewer than 2 pixels."""
+    rows, cols = np.nonzero(mask)
+    if rows.size < 2:
+        return None
+    return (np.array([cols.mean(), rows.mean()]) + 0.5) * (CANVAS / SIZE) - 0.5
+
+
+def agent_position(frame: np.ndarray) -> np.ndarray | None:
+    """The agent's centre in gym-pusht's 512x512 canvas units: the mass of a uint8 ``[96, 96, 3]``
+    frame's pixels nearest the agent's colours (:func:`nearest_colours`),
+    None with fewer than 2 such pixels. A mass, not a fitted disc, so that a blurred imagined agent
+    still has a position."""
+    return mass_centre(np.isin(nearest_colours(frame), AGENT_INDICES))
+
+
 def point_error(a, b) -> float:
     """Distance in frame pixels between two points ``(x, y)`` read from two frames: 0 where neither
     frame has one, the frame's diagonal where one does not (the error stays finite)."""

@@ -30,7 +30,7 @@ import numpy as np
 from .harness import Policy
 from .pusht import CANVAS, CHUNK
 from .pusht_coverage import (
-    AGENT_INDICES, BLOCK, SIZE, block_pose, frame_coverage, nearest_colours, pixel_labels, point_error,
+    BLOCK, SIZE, agent_position, block_pose, frame_coverage, mass_centre, pixel_labels, point_error,
 )
 from .pusht_data import KINDS, Clips, Pusher
 
@@ -38,27 +38,10 @@ WALK_STEP = 25.0  # the random walk's step per action, in canvas units
 CRAWL = 8.0  # the slow pusher's largest move per action, in canvas units (the pusher's waypoints are 30-100 away)
 
 
-def _mass_centre(mask: np.ndarray) -> np.ndarray | None:
-    """The mean ``(x, y)`` of a mask's pixels in canvas units (the canvas point each pixel samples, as
-    gym-pusht's resize maps them), None for fewer than 2 pixels."""
-    rows, cols = np.nonzero(mask)
-    if rows.size < 2:
-        return None
-    return (np.array([cols.mean(), rows.mean()]) + 0.5) * (CANVAS / SIZE) - 0.5
-
-
-def agent_position(frame: np.ndarray) -> np.ndarray | None:
-    """The agent's centre in gym-pusht's 512x512 canvas units: the mass of a uint8 ``[96, 96, 3]``
-    frame's pixels nearest the agent's colours (:func:`~cosmos3_gym.world.pusht_coverage.nearest_colours`),
-    None with fewer than 2 such pixels. A mass, not a fitted disc, so that a blurred imagined agent
-    still has a position."""
-    return _mass_centre(np.isin(nearest_colours(frame), AGENT_INDICES))
-
-
 def block_position(frame: np.ndarray) -> np.ndarray | None:
     """The mass centre of the block-coloured pixels in canvas units (None with fewer than 2): a
     blurred imagined block, which no T pose fits, still has one."""
-    return _mass_centre(pixel_labels(frame) == BLOCK)
+    return mass_centre(pixel_labels(frame) == BLOCK)
 
 
 def _error(position, imagined: np.ndarray, true: np.ndarray) -> float:

@@ -41,14 +41,16 @@ def _clip(seed: int, actions: np.ndarray) -> Clips:
                  block_poses=zeros, agent_positions=zeros, coverages=zeros, episodes=zeros)
 
 
-def test_training_batches_are_what_the_env_feeds_the_model(tiny_model):
+@pytest.mark.parametrize("action_frame", ["canvas", "agent"])
+def test_training_batches_are_what_the_env_feeds_the_model(tiny_model, action_frame):
     """A second code path: the env's own step on the same frame and actions, read back from its
     trajectory, whose clean elements are the env's conditioning. The trainer's clip latent frame 0 is
-    the env's condition, its actions the env's, and its rows the engine's prompt tokens (conditional
-    and unconditional), fps, clean frames and actions, domain and latent grid."""
+    the env's condition, its actions the env's (in either action frame), and its rows the engine's
+    prompt tokens (conditional and unconditional), fps, clean frames and actions, domain and latent grid."""
     actions = np.random.default_rng(0).uniform(0, 512, (8, 2)).astype(np.float32)
-    pool = pusht_pool(tiny_model, _clip(5, actions), PushTTrainArgs(**SMALL).resolution_tier, "cpu")
-    env = Cosmos3PushTVectorEnv(1, model=tiny_model, num_steps=1, exact_coverage=False)
+    pool = pusht_pool(tiny_model, _clip(5, actions), PushTTrainArgs(**SMALL).resolution_tier, "cpu",
+                      action_frame=action_frame)
+    env = Cosmos3PushTVectorEnv(1, model=tiny_model, num_steps=1, exact_coverage=False, action_frame=action_frame)
     env.reset(seed=5)
     _, _, _, _, infos = env.step(actions[None])
     env.close()
@@ -271,20 +273,22 @@ def _episode(seed: int, chunks: np.ndarray) -> Clips:
                  coverages=zeros, episodes=zeros)
 
 
-def test_imagined_conditions_are_what_the_env_imagines_and_encodes(tiny_model):
+@pytest.mark.parametrize("action_frame", ["canvas", "agent"])
+def test_imagined_conditions_are_what_the_env_imagines_and_encodes(tiny_model, action_frame):
     """A second code path: ``Cosmos3PushT-v0``'s own ``imagine`` from the first clip's first frame under
     its actions (the env's sampler settings, the seed the trainer draws), its last frame encoded by the
     env's condition encoder: the trainer's imagined condition of the second clip; the rest of the
-    second clip's latents, its actions and prompt are the clean pool's."""
+    second clip's latents and its prompt are the clean pool's, and its actions are measured from that
+    imagined frame as the env would measure them (the same as the clean pool's in the canvas frame)."""
     chunks = np.random.default_rng(1).uniform(100, 400, (2, 8, 2)).astype(np.float32)
     clips = _episode(4, chunks)
-    args = PushTTrainArgs(**SMALL, imagined_steps=2)
-    everything = pusht_pool(tiny_model, clips, args.resolution_tier, "cpu")
+    args = PushTTrainArgs(**SMALL, imagined_steps=2, action_frame=action_frame)
+    everything = pusht_pool(tiny_model, clips, args.resolution_tier, "cpu", action_frame=action_frame)
     following = successors(clips, np.ones(2, dtype=bool))
     assert following.tolist() == [1]
     pool = imagined_pool(tiny_model, clips, everything, following, args, seed=0)
     seed = int(np.random.default_rng([args.data_seed, 2, 0]).integers(0, 2 ** 62, 1)[0])
-    env = Cosmos3PushTVectorEnv(1, model=tiny_model, num_steps=2, exact_coverage=False)
+    env = Cosmos3PushTVectorEnv(1, model=tiny_model, num_steps=2, exact_coverage=False, action_frame=action_frame)
     imagined = env.imagine(clips.frames[:1, 0], chunks[:1], [seed], [PROMPT])
     (condition,) = tiny_model.encode_action_conditions("forward_dynamics", 8, args.resolution_tier, imagined[:, -1],
                                                        model_actions(chunks[1:]))
@@ -292,7 +296,10 @@ def test_imagined_conditions_are_what_the_env_imagines_and_encodes(tiny_model):
     torch.testing.assert_close(pool.latents[0, :, 0], condition.latent[:, 0], rtol=0, atol=1e-6)
     assert not torch.allclose(pool.latents[0, :, 0], everything.latents[1, :, 0], atol=1e-2)
     torch.testing.assert_close(pool.latents[0, :, 1:], everything.latents[1, :, 1:], rtol=0, atol=0)
-    torch.testing.assert_close(pool.commands, everything.commands[1:], rtol=0, atol=0)
+    expected = model_actions(chunks[1:], imagined[:, -1] if action_frame == "agent" else None)
+    torch.testing.assert_close(pool.commands, torch.from_numpy(expected), rtol=0, atol=0)
+    if action_frame == "canvas":
+        torch.testing.assert_close(pool.commands, everything.commands[1:], rtol=0, atol=0)
     assert pool.prompts == [PROMPT]
     shuffled = dataclasses.replace(clips, frames=clips.frames[::-1].copy())
     with pytest.raises(ValueError, match="not in order"):
@@ -336,3 +343,17 @@ def test_a_run_with_imagined_conditions_draws_them_and_imagines_again_on_schedul
             main([*small, *flags, "--out", str(tmp_path / "refused")])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
+
+
+def test_the_action_frame_is_the_continued_checkpoints_unless_given_and_the_record_says_it(tmp_path):
+    """An empty ``--action-frame`` takes ``--init-from``'s (canvas for the shipped model, agent for a
+    checkpoint whose record says so, canvas without a checkpoint); a given one wins; a bad one is refused."""
+    assert PushTTrainArgs(**SMALL).action_frame == "canvas"
+    assert PushTTrainArgs(device="cpu", init_from=PUSHT_CHECKPOINT, vae_steps=0).action_frame == "canvas"
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "training.json").write_text(json.dumps({"args": {"action_frame": "agent"}}))
+    assert PushTTrainArgs(**SMALL, init_from=str(agent), vae_steps=0).action_frame == "agent"
+    assert PushTTrainArgs(**SMALL, init_from=str(agent), vae_steps=0, action_frame="canvas").action_frame == "canvas"
+    with pytest.raises(ValueError, match=r"--action-frame 'relative' is invalid; use one of \('canvas', 'agent'\)"):
+        PushTTrainArgs(**SMALL, action_frame="relative")

@@ -15,7 +15,8 @@ from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from cosmos3_gym.world import pusht_coverage as pc  # noqa: E402
 from cosmos3_gym.world.pusht import (  # noqa: E402
-    Cosmos3PushTVectorEnv, PushTTwinEnv, _play_out, default_horizon, model_actions,
+    PUSHT_CHECKPOINT, Cosmos3PushTVectorEnv, PushTTwinEnv, _play_out, checkpoint_action_frame, default_horizon,
+    model_actions,
 )
 from cosmos3_gym.world.pusht_data import Pusher, generate  # noqa: E402
 
@@ -235,6 +236,44 @@ def test_imagined_steps_report_what_they_read():
     assert _play_out(np.array([0.2, 0.5, 0.96, 0.99]), 0.95) == (3, pytest.approx((0.2 + 0.5) / 0.95 + 1.0), True)
     assert _play_out(np.zeros(4), 0.95) == (4, 0.0, False)
     np.testing.assert_array_equal(model_actions(np.array([[0.0, 512.0], [256.0, 128.0]])), [[-1, 1], [0, -0.5]])
+
+
+def test_agent_frame_actions_are_the_targets_from_where_the_agent_is_seen(reference):
+    """The agent frame against gym-pusht's own state: each target minus the agent's true position
+    (``info["pos_agent"]``), over 512, within the colour mass's error (2 canvas units); every chunk
+    measured from its own frame; the canvas centre where a frame shows no agent."""
+    chunks = _chunks(3, 3)
+    frames, truths = [], []
+    for seed in range(3):
+        frame, info = reference.reset(seed=seed)
+        frames.append(frame)
+        truths.append(np.asarray(info["pos_agent"]))
+    expected = (chunks - np.stack(truths)[:, None]) / 512.0
+    np.testing.assert_allclose(model_actions(chunks, np.stack(frames)), expected, atol=2.0 / 512)
+    np.testing.assert_allclose(model_actions(chunks[0], frames[0]), expected[0], atol=2.0 / 512)
+    table = np.full((96, 96, 3), 255, np.uint8)
+    np.testing.assert_array_equal(model_actions(chunks[:1], table[None]), (chunks[:1] - 256.0) / 512.0)
+
+
+def test_the_dream_measures_actions_in_its_checkpoints_frame(dream, tmp_path):
+    """The frame comes from the checkpoint's record (canvas for the shipped model and for one without
+    a record), or from ``action_frame=``; a step conditions the model on the chunk in that frame, measured
+    from the frame the env is in; a bad frame is refused before anything loads."""
+    assert checkpoint_action_frame(PUSHT_CHECKPOINT) == "canvas" and checkpoint_action_frame(str(tmp_path)) == "canvas"
+    (tmp_path / "training.json").write_text('{"args": {"action_frame": "agent"}}')
+    assert checkpoint_action_frame(str(tmp_path)) == "agent"
+    assert dream().unwrapped.vector.action_frame == "canvas"
+    env = dream(action_frame="agent").unwrapped.vector
+    seen = []
+    env._imagine = lambda slots, tasks, frames, actions, rngs: seen.append(actions) or (_ for _ in ()).throw(
+        KeyboardInterrupt)
+    obs, _ = env.reset(seed=2)
+    chunk = _chunks(0, 1)
+    with pytest.raises(KeyboardInterrupt):
+        env.step(chunk)
+    np.testing.assert_array_equal(seen[0], model_actions(chunk, obs))
+    with pytest.raises(ValueError, match=r"action_frame='relative' is invalid; use one of \('canvas', 'agent'\)"):
+        dream(action_frame="relative")
 
 
 def test_imagined_step_infos(dream):
