@@ -57,7 +57,7 @@ ENV_IDS = _register_presets()
 
 
 def _register_in(module: str, worlds: dict[str, tuple[str, str | None]]) -> list[str]:
-    """Register ``{env_id: (env class, vector env class or None)}`` of ``module`` (by name: nothing is imported)."""
+    """Register ``{env_id: (env class, vector entry point or None)}`` of ``module`` (by name: nothing is imported)."""
     for env_id, (entry, vector) in worlds.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=f"{module}:{entry}",
@@ -68,7 +68,7 @@ def _register_in(module: str, worlds: dict[str, tuple[str, str | None]]) -> list
 def _register_worlds() -> list[str]:
     """The world as an environment: the ground truth and Cosmos 3 imagining it (same spaces)."""
     return _register_in("cosmos3_gym.world.envs", {"ProceduralWorld-v0": ("ProceduralWorldEnv", None),
-                                                   "Cosmos3World-v0": ("Cosmos3WorldEnv", "Cosmos3WorldVectorEnv")})
+                                                   "Cosmos3World-v0": ("Cosmos3WorldEnv", "make_world_vector_env")})
 
 
 WORLD_ENV_IDS = _register_worlds()
@@ -78,7 +78,7 @@ def _register_pusht() -> list[str]:
     """PushT (``pip install 'cosmos3-gym[pusht]'``): Cosmos 3 imagining it, and gym-pusht as its twin.
 
     Registered everywhere; where gym-pusht is missing, making one says what to install."""
-    return _register_in("cosmos3_gym.world.pusht", {"Cosmos3PushT-v0": ("Cosmos3PushTEnv", "Cosmos3PushTVectorEnv"),
+    return _register_in("cosmos3_gym.world.pusht", {"Cosmos3PushT-v0": ("Cosmos3PushTEnv", "make_pusht_vector_env"),
                                                     "PushT-Twin-v0": ("PushTTwinEnv", None)})
 
 

@@ -401,7 +401,8 @@ def test_world_eval_scores_the_shipped_pusht_model_against_gym_pusht(tmp_path, m
     assert 0.0 <= record["sensitivity"]["metrics"]["block IoU"]["mean"] <= 1.0
     text = (tmp_path / "world_eval.md").read_text()
     assert text.startswith("# cosmos3-gym world-eval --world pusht --horizon 1")
-    assert "Cosmos3PushT-v0 num_steps=1 vs PushT-Twin-v0" in text and "block IoU under the true actions" in text
+    assert "Cosmos3PushT-v0 (actions in the canvas frame) num_steps=1 vs PushT-Twin-v0" in text
+    assert "block IoU under the true actions" in text
     assert (tmp_path / "world_eval.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(SystemExit) as exit_:
         cli.main(["world-eval", "--world", "pusht", "--goal", "top left"])

@@ -35,15 +35,26 @@ def unbatched(obs):
     return {key: value[0] for key, value in obs.items()} if isinstance(obs, dict) else obs[0]
 
 
+def _constructor_keywords(vector_cls, fixed: set[str]) -> list[str]:
+    return [name for name, parameter in inspect.signature(vector_cls.__init__).parameters.items()
+            if name not in fixed and parameter.kind is not inspect.Parameter.VAR_KEYWORD]
+
+
 def check_view_keywords(env_id: str, vector_cls, keywords: dict) -> None:
     """A single env's keywords, checked against what its vector env's constructor takes (all but
     ``num_envs`` and ``autoreset_mode``, which the view sets) before anything is built: a typo gets
     :func:`~cosmos3_gym.env.presets.check_keywords`' "did you mean" instead of Python's bare
     message from deep inside the constructor."""
-    fixed = {"self", "num_envs", "autoreset_mode"}
-    taken = [name for name, parameter in inspect.signature(vector_cls.__init__).parameters.items()
-             if name not in fixed and parameter.kind is not inspect.Parameter.VAR_KEYWORD]
-    check_keywords(env_id, keywords, {"the env takes": taken})
+    check_keywords(env_id, keywords, {"the env takes": _constructor_keywords(vector_cls, {"self", "num_envs",
+                                                                                           "autoreset_mode"})})
+
+
+def checked_vector_env(vector_cls, keywords: dict):
+    """``vector_cls(**keywords)`` for ``gym.make_vec(..., vectorization_mode="vector_entry_point")``, its
+    keywords checked first as :func:`check_view_keywords` checks a single env's (a typo gets a "did
+    you mean", not Python's bare ``TypeError``)."""
+    check_keywords(vector_cls.env_id, keywords, {"the vector env takes": _constructor_keywords(vector_cls, {"self"})})
+    return vector_cls(**keywords)
 
 
 class SingleEnvView(gym.Env):

@@ -27,7 +27,7 @@ from ..env.rendering import can_render
 from ..env.spaces import build_engine, checked_action, checked_options
 from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from ..env.infos import object_column
-from ..env.single_view import SingleEnvView, check_view_keywords
+from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env
 from ..rollout.procedural_world import (SUCCESS_RADIUS, PushTask, checked_goal, checked_success_margin, draw, push,
                                        sample_task, task_reward)
 
@@ -418,6 +418,11 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         if not can_render(self):
             return None
         return tuple(frame.copy() for frame in self.frames)
+
+
+def make_world_vector_env(**keywords) -> Cosmos3WorldVectorEnv:
+    """``gym.make_vec``'s vector entry point: a :class:`Cosmos3WorldVectorEnv`, its keywords checked first."""
+    return checked_vector_env(Cosmos3WorldVectorEnv, keywords)
 
 
 class Cosmos3WorldEnv(SingleEnvView):

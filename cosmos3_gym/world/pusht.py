@@ -60,7 +60,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..env.infos import object_column
 from ..env.rendering import can_render
-from ..env.single_view import SingleEnvView, check_view_keywords
+from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env
 from ..env.spaces import checked_action, checked_options
 from ..rollout.seeding import SEED_RANGE, checked_seed
 from .envs import Cosmos3WorldVectorEnv, _checked_int
@@ -329,6 +329,11 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
     def close(self, **kwargs):
         self.pusht.close()
         super().close(**kwargs)
+
+
+def make_pusht_vector_env(**keywords) -> Cosmos3PushTVectorEnv:
+    """``gym.make_vec``'s vector entry point: a :class:`Cosmos3PushTVectorEnv`, its keywords checked first."""
+    return checked_vector_env(Cosmos3PushTVectorEnv, keywords)
 
 
 class Cosmos3PushTEnv(SingleEnvView):

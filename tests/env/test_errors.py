@@ -311,6 +311,22 @@ def test_a_misspelled_keyword_gets_a_suggestion_and_the_env_arguments(keyword, s
     assert "did you mean" not in str(err.value)  # nothing close: no guess
 
 
+@pytest.mark.parametrize("env_id", ["Cosmos3Rollout-v0", "Cosmos3World-v0", "Cosmos3PushT-v0"])
+def test_a_misspelled_keyword_to_make_vec_gets_a_suggestion_before_anything_is_built(env_id, monkeypatch):
+    """``gym.make_vec(..., vectorization_mode="vector_entry_point")`` checks its keywords as ``gym.make``
+    does: a "did you mean" and the keywords taken, raised before a model loads (none could here)."""
+    from cosmos3_gym.model import model as model_module
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded for a call that should have been refused")
+
+    monkeypatch.setattr(model_module.Cosmos3Model, "embedded", no_model)
+    monkeypatch.setattr(model_module.Cosmos3Model, "from_pretrained", no_model)
+    with pytest.raises(TypeError, match=rf"unknown keyword\(s\) for env '{env_id}': got an unexpected keyword argument "
+                                        r"'num_step'; did you mean 'num_steps'\?; .*'render_mode'"):
+        gym.make_vec(env_id, num_envs=2, vectorization_mode="vector_entry_point", num_step=2)
+
+
 def test_multi_stream_noise_errors_name_the_stream_and_how_to_stack(tiny_model):
     venv = gym.make_vec("Cosmos3RolloutAV-v0", num_envs=2, vectorization_mode="vector_entry_point", num_steps=2,
                         action_mode="noise", model=tiny_model)
