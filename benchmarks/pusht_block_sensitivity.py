@@ -12,13 +12,14 @@ import torch
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.model.model import Cosmos3Model
 from cosmos3_gym.world import harness
-from cosmos3_gym.world.pusht import PUSHT_CHECKPOINT
+from cosmos3_gym.world.pusht import PUSHT_CHECKPOINT, checkpoint_action_frame
 from cosmos3_gym.world.pusht_eval import block_mass_error, pusht_harness_kwargs
 
 torch.set_num_threads(1)
 model = Cosmos3Model.from_pretrained(PUSHT_CHECKPOINT, device="cpu")
 kwargs = {**pusht_harness_kwargs(), "error_fn": block_mass_error}
-dream = gym.make("Cosmos3PushT-v0", num_steps=4, horizon=8, model=model)
+dream = gym.make("Cosmos3PushT-v0", num_steps=4, horizon=8, model=model,
+                 action_frame=checkpoint_action_frame(PUSHT_CHECKPOINT))
 truth = gym.make("PushT-Twin-v0", horizon=8)
 record = harness.action_sensitivity(dream, truth, list(range(10)), seed=0, **kwargs)
 out = {key: record[key] for key in ("ratio", "zero_ratio", "median_error", "mean_error", "pairs", "lost")}

@@ -62,7 +62,7 @@ from .train.args import parse_args, refuse_to_replace_a_checkpoint, require_at_l
 from .train.world_model import CONDITION_NOISE_MEANING, NUM_FRAMES, ActionPool, _fused, _lr, _update, \
     canvas_reconstruction, draw_tasks, flow_matching_loss, latent_cells, parse_task_weights, schedule_step, \
     train_step, trainable_model, training_batch, write_record
-from .world.pusht import ACTION_FRAMES, CHUNK, PROMPT, Cosmos3PushTVectorEnv, checkpoint_action_frame, model_actions
+from .world.pusht import ACTION_FRAMES, CHUNK, PROMPT, Cosmos3PushTVectorEnv, checkpoint_action_frame, frame_actions
 from .world.pusht_coverage import SIZE
 from .world.pusht_data import DEFAULT_MIX, KINDS, Clips, generate
 
@@ -153,8 +153,8 @@ class PushTTrainArgs:
                                     latent_foreground_weight="0: every element weighted alike")
         require_at_least(self, imagined_steps=1, imagined_every=0)
         if self.action_frame not in ("", *ACTION_FRAMES):
-            raise ValueError(f"--action-frame {self.action_frame!r} is invalid; use one of {ACTION_FRAMES} (or leave it "
-                             "out for --init-from's)")
+            raise ValueError(f"--action-frame {self.action_frame!r} is invalid; use one of {ACTION_FRAMES} "
+                             "(or leave it out for --init-from's)")
         for name in ("near_goal", "held_out", "vae_share", "uncond_prob", "imagined_conditions"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
@@ -365,14 +365,14 @@ def pusht_pool(model, clips: Clips, resolution_tier: int, device, latent_foregro
                action_frame: str = "canvas") -> ActionPool:
     """The clips encoded once as the env encodes its conditions (the VAE is causal: latent frame 0 is
     also the forward-dynamics condition), with the env's prompt and its actions in ``action_frame``
-    (:func:`clip_actions`); with
+    (:func:`~cosmos3_gym.world.pusht.frame_actions`); with
     ``latent_foreground_weight``, the loss weights ``1 + latent_foreground_weight`` where a latent
     element sees a pixel that is not the table: the block, the agent or the goal (:func:`latent_foreground`)."""
     from tqdm import tqdm
 
     latents = [model.encode_action_clips(clips.frames[start:start + ENCODE_BATCH], resolution_tier, NUM_FRAMES)
                for start in tqdm(range(0, len(clips), ENCODE_BATCH), desc="encode clips")]
-    commands = torch.from_numpy(clip_actions(clips.actions, clips.frames[:, 0], action_frame)).to(device)
+    commands = torch.from_numpy(frame_actions(clips.actions, clips.frames[:, 0], action_frame)).to(device)
     latents = torch.cat(latents)
     weights = None
     if latent_foreground_weight:
@@ -383,12 +383,6 @@ def pusht_pool(model, clips: Clips, resolution_tier: int, device, latent_foregro
                              f"{tuple(weights.shape[2:])} compressed by the VAE's factors")
         weights = weights.to(latents.device)
     return ActionPool([PROMPT] * len(clips), latents, commands, weights)
-
-
-def clip_actions(actions: np.ndarray, first_frames: np.ndarray, action_frame: str) -> np.ndarray:
-    """Clips' gym-pusht ``actions`` in the model's units, as the env converts a chunk that starts at
-    ``first_frames`` (:func:`~cosmos3_gym.world.pusht.model_actions` in ``action_frame``)."""
-    return model_actions(actions, first_frames if action_frame == "agent" else None)
 
 
 def successors(clips: Clips, among: np.ndarray) -> np.ndarray:
@@ -428,7 +422,7 @@ def imagined_pool(model, clips: Clips, everything: ActionPool, index: np.ndarray
         for start in tqdm(range(0, len(index), EVAL_BATCH), desc="imagined conditions"):
             previous = index[start:start + EVAL_BATCH] - 1
             seeds = rng.integers(0, 2 ** 62, len(previous)).tolist()
-            chunks = world.imagine(clips.frames[previous, 0], clip_actions(clips.actions[previous],
+            chunks = world.imagine(clips.frames[previous, 0], frame_actions(clips.actions[previous],
                                                                           clips.frames[previous, 0], args.action_frame),
                                    seeds, [PROMPT] * len(previous))
             starts.append(chunks[:, -1])
@@ -438,7 +432,7 @@ def imagined_pool(model, clips: Clips, everything: ActionPool, index: np.ndarray
     pool = everything.take(index)
     latents = pool.latents.clone()
     latents[:, :, :1] = torch.cat(conditions).to(latents.device)
-    commands = clip_actions(clips.actions[index], np.concatenate(starts), args.action_frame)
+    commands = frame_actions(clips.actions[index], np.concatenate(starts), args.action_frame)
     return dataclasses.replace(pool, latents=latents, commands=torch.from_numpy(commands).to(pool.commands.device))
 
 

@@ -284,9 +284,9 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos, pending = {}, {}
         if stepping:
-            imagined, trajectories, spread = self._imagine(stepping, [self.tasks[i] for i in stepping],
-                                                           self.frames[stepping],
-                                                           self._model_actions(actions[stepping], self.frames[stepping]), rngs)
+            frames = self.frames[stepping]
+            imagined, trajectories, spread = self._imagine(stepping, [self.tasks[i] for i in stepping], frames,
+                                                           self._model_actions(actions[stepping], frames), rngs)
             infos.update(self._disagreement_infos(stepping, spread))
             mask = np.isin(np.arange(self.num_envs), stepping)
             chunk_frames = np.zeros((self.num_envs, *imagined.shape[1:]), dtype=np.uint8)
@@ -360,7 +360,8 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
                 raise ValueError(f"prompts[{j}]={prompt!r} is invalid; use a non-empty string (the env's: "
                                  "info['prompt'])")
         slots = list(range(count))  # the engine is scratch space between steps: no env's state lives there
-        return self._generate(slots, seeds, prompts, self._conditions(frames, self._model_actions(actions, frames)))[:, 1:]
+        conditions = self._conditions(frames, self._model_actions(actions, frames))
+        return self._generate(slots, seeds, prompts, conditions)[:, 1:]
 
     def _conditions(self, frames: np.ndarray, model_actions: np.ndarray) -> list:
         """Forward dynamics' clean conditions of ``frames`` under ``model_actions``, encoded in one VAE call."""

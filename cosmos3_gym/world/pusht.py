@@ -59,6 +59,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ..env.infos import object_column
+from ..model.checkpoint import read_json
 from ..env.rendering import can_render
 from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env
 from ..env.spaces import checked_action, checked_options
@@ -87,16 +88,25 @@ ACTION_FRAMES = ("canvas", "agent")  # what the model's actions are measured fro
 def model_actions(chunks: np.ndarray, frames: np.ndarray | None = None) -> np.ndarray:
     """The ``pusht`` action units Cosmos 3 is conditioned on, ``[..., chunk, 2]`` from gym-pusht targets
     ``chunks`` ``[..., chunk, 2]``: without ``frames``, the canvas frame (targets scaled to [-1, 1]);
-    with the chunks' conditioning ``frames`` (uint8 ``[..., 96, 96, 3]``), the agent frame (each target
-    minus the agent's position in its chunk's frame, over 512; the canvas centre where no agent shows)."""
+    with the chunks' conditioning ``frames`` (uint8 ``[..., 96, 96, 3]``, one per chunk), the agent frame
+    (each target minus the agent's position in its chunk's frame, over 512; the canvas centre where no
+    agent shows)."""
     chunks = np.asarray(chunks, dtype=np.float32)
     if frames is None:
         return (chunks / (CANVAS / 2) - 1.0).astype(np.float32)
     frames = np.asarray(frames)
-    flat = frames.reshape(-1, *frames.shape[-3:])
-    seen = [agent_position(frame) for frame in flat]
+    if frames.shape != (*chunks.shape[:-2], SIZE, SIZE, 3):
+        raise ValueError(f"frames has shape {frames.shape}; chunks of shape {chunks.shape} are measured from one "
+                         f"uint8 frame each, of shape {(*chunks.shape[:-2], SIZE, SIZE, 3)}")
+    seen = [agent_position(frame) for frame in frames.reshape(-1, SIZE, SIZE, 3)]
     anchors = np.stack([np.full(2, CANVAS / 2) if p is None else p for p in seen]).reshape(*frames.shape[:-3], 1, 2)
     return ((chunks - anchors) / CANVAS).astype(np.float32)
+
+
+def frame_actions(chunks: np.ndarray, frames: np.ndarray, action_frame: str) -> np.ndarray:
+    """:func:`model_actions` of ``chunks`` starting at ``frames`` in ``action_frame``: what the env and the
+    trainer feed a model trained in that frame."""
+    return model_actions(chunks, frames if action_frame == "agent" else None)
 
 
 def checkpoint_action_frame(checkpoint: str) -> str:
@@ -105,10 +115,16 @@ def checkpoint_action_frame(checkpoint: str) -> str:
     record = Path(checkpoint) / "training.json" if checkpoint else None
     if record is None or not record.is_file():
         return "canvas"
-    return checked_action_frame(json.loads(record.read_text()).get("args", {}).get("action_frame", "canvas"))
+    args = read_json(record, "the checkpoint's training record").get("args", {})
+    frame = args.get("action_frame", "canvas") if isinstance(args, dict) else None
+    if frame not in ACTION_FRAMES:
+        raise ValueError(f"{record}: args.action_frame={frame!r} is not one of {ACTION_FRAMES}; fix the record, or "
+                         "pass action_frame= (what the checkpoint was trained in)")
+    return frame
 
 
 def checked_action_frame(action_frame) -> str:
+    """``action_frame`` if it is one of :data:`ACTION_FRAMES`, else a ``ValueError`` saying what is allowed."""
     if action_frame not in ACTION_FRAMES:
         raise ValueError(f"action_frame={action_frame!r} is invalid; use one of {ACTION_FRAMES} (what the model's "
                          "actions are measured from: the canvas, or the agent the conditioning frame shows)")
@@ -282,8 +298,10 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         self.pusht = make_pusht()  # before the model loads: a missing gym-pusht fails fast
         if not checkpoint and model is None:
             checkpoint = PUSHT_CHECKPOINT
-        self.action_frame = checkpoint_action_frame(checkpoint) if action_frame is None \
-            else checked_action_frame(action_frame)
+        if action_frame is not None:
+            self.action_frame = checked_action_frame(action_frame)
+        else:  # a checkpoint that is not a path is refused by the model's own check below
+            self.action_frame = checkpoint_action_frame(checkpoint) if isinstance(checkpoint, str) else "canvas"
         super().__init__(num_envs, chunk=chunk, horizon=horizon, size=SIZE, num_steps=num_steps, kind=kind,
                          guidance_scale=guidance_scale, noise_level=noise_level, domain=domain,
                          autoreset_mode=autoreset_mode, render_mode=render_mode, checkpoint=checkpoint, device=device,
@@ -315,7 +333,7 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         return {i: (PushTEpisode(seed, self.prompt), self._first_frame(seed)) for i, seed in seeds.items()}
 
     def _model_actions(self, actions: np.ndarray, frames: np.ndarray) -> np.ndarray:
-        return model_actions(actions, frames if self.action_frame == "agent" else None)
+        return frame_actions(actions, frames, self.action_frame)
 
     def _score_chunk(self, i: int, chunk: np.ndarray) -> tuple[float, bool, np.ndarray, dict]:
         """gym-pusht's rule on the imagined frames: coverage read from each frame, the chunk played

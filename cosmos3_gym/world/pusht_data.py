@@ -3,7 +3,8 @@
 A clip is ``chunk + 1`` frames (uint8 96x96, gym-pusht's ``pixels`` observation: the start, then
 one frame per action) and the ``chunk`` gym-pusht actions between them (agent target positions in
 [0, 512]^2), what ``Cosmos3PushT-v0`` is conditioned on and imagines. Convert the actions to
-Cosmos 3's ``pusht`` units with :func:`cosmos3_gym.world.pusht.model_actions` (``a / 256 - 1``).
+Cosmos 3's ``pusht`` units with :func:`cosmos3_gym.world.pusht.model_actions` (``a / 256 - 1`` in the
+canvas frame; relative to the agent each clip's first frame shows in the agent frame).
 
 Each episode starts from gym-pusht's ``reset(seed)`` (a quarter of them, by default, with the
 block placed near the goal pose through gym-pusht's ``reset_to_state``) and plays ``clips_per_episode`` consecutive

@@ -290,13 +290,13 @@ def test_imagined_conditions_are_what_the_env_imagines_and_encodes(tiny_model, a
     seed = int(np.random.default_rng([args.data_seed, 2, 0]).integers(0, 2 ** 62, 1)[0])
     env = Cosmos3PushTVectorEnv(1, model=tiny_model, num_steps=2, exact_coverage=False, action_frame=action_frame)
     imagined = env.imagine(clips.frames[:1, 0], chunks[:1], [seed], [PROMPT])
+    expected = model_actions(chunks[1:], imagined[:, -1] if action_frame == "agent" else None)
     (condition,) = tiny_model.encode_action_conditions("forward_dynamics", 8, args.resolution_tier, imagined[:, -1],
-                                                       model_actions(chunks[1:]))
+                                                       expected)
     env.close()
     torch.testing.assert_close(pool.latents[0, :, 0], condition.latent[:, 0], rtol=0, atol=1e-6)
     assert not torch.allclose(pool.latents[0, :, 0], everything.latents[1, :, 0], atol=1e-2)
     torch.testing.assert_close(pool.latents[0, :, 1:], everything.latents[1, :, 1:], rtol=0, atol=0)
-    expected = model_actions(chunks[1:], imagined[:, -1] if action_frame == "agent" else None)
     torch.testing.assert_close(pool.commands, torch.from_numpy(expected), rtol=0, atol=0)
     if action_frame == "canvas":
         torch.testing.assert_close(pool.commands, everything.commands[1:], rtol=0, atol=0)

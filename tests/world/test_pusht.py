@@ -255,25 +255,44 @@ def test_agent_frame_actions_are_the_targets_from_where_the_agent_is_seen(refere
     np.testing.assert_array_equal(model_actions(chunks[:1], table[None]), (chunks[:1] - 256.0) / 512.0)
 
 
-def test_the_dream_measures_actions_in_its_checkpoints_frame(dream, tmp_path):
-    """The frame comes from the checkpoint's record (canvas for the shipped model and for one without
-    a record), or from ``action_frame=``; a step conditions the model on the chunk in that frame, measured
-    from the frame the env is in; a bad frame is refused before anything loads."""
+def test_the_dream_measures_actions_in_its_checkpoints_frame(dream, tiny_model, tmp_path, monkeypatch):
+    """The frame comes from the checkpoint's record (canvas for the shipped model, for one without a
+    record and with ``model=``), or from ``action_frame=``; each step conditions the model on its chunk
+    in that frame, measured from the frame the env is in at that step; a bad frame or record is refused
+    before a model loads."""
+    from cosmos3_gym.model import model as model_module
+
     assert checkpoint_action_frame(PUSHT_CHECKPOINT) == "canvas" and checkpoint_action_frame(str(tmp_path)) == "canvas"
-    (tmp_path / "training.json").write_text('{"args": {"action_frame": "agent"}}')
-    assert checkpoint_action_frame(str(tmp_path)) == "agent"
     assert dream().unwrapped.vector.action_frame == "canvas"
-    env = dream(action_frame="agent").unwrapped.vector
+    loaded = []
+    monkeypatch.setattr(model_module.Cosmos3Model, "from_pretrained",
+                        lambda checkpoint, **kwargs: loaded.append(checkpoint) or tiny_model)
+    record = tmp_path / "training.json"
+    record.write_text('{"args": {"action_frame": "agent"}}')
+    env = Cosmos3PushTVectorEnv(1, checkpoint=str(tmp_path), num_steps=1, exact_coverage=False)
+    assert env.action_frame == "agent" and loaded == [str(tmp_path)]
     seen = []
-    env._imagine = lambda slots, tasks, frames, actions, rngs: seen.append(actions) or (_ for _ in ()).throw(
-        KeyboardInterrupt)
+    imagine = env._imagine
+    env._imagine = lambda slots, tasks, frames, actions, rngs: seen.append(actions) or imagine(slots, tasks, frames,
+                                                                                               actions, rngs)
     obs, _ = env.reset(seed=2)
-    chunk = _chunks(0, 1)
-    with pytest.raises(KeyboardInterrupt):
-        env.step(chunk)
-    np.testing.assert_array_equal(seen[0], model_actions(chunk, obs))
+    frames = [obs[0]]
+    for chunk in _chunks(0, 2):
+        obs, *_ = env.step(chunk[None])
+        frames.append(obs[0])
+    for j, chunk in enumerate(_chunks(0, 2)):
+        np.testing.assert_array_equal(seen[j][0], model_actions(chunk, frames[j]))
     with pytest.raises(ValueError, match=r"action_frame='relative' is invalid; use one of \('canvas', 'agent'\)"):
-        dream(action_frame="relative")
+        Cosmos3PushTVectorEnv(1, checkpoint=str(tmp_path), action_frame="relative")
+    for text, message in (('{"args": {"action_frame": "agnet"}}', r"args.action_frame='agnet' is not one of"),
+                          ('{"args": null}', r"args.action_frame=None is not one of"), ("[1]", "JSON object"),
+                          ("{", "not valid JSON")):
+        record.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            Cosmos3PushTVectorEnv(1, checkpoint=str(tmp_path))
+    assert loaded == [str(tmp_path)]  # none of the refused ones loaded a model
+    with pytest.raises(ValueError, match=r"frames has shape \(1, 96, 96, 3\); chunks of shape \(2, 8, 2\)"):
+        model_actions(_chunks(0, 2), np.stack(frames[:1]))
 
 
 def test_imagined_step_infos(dream):
