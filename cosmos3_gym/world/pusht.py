@@ -47,7 +47,6 @@ Needs ``pip install 'cosmos3-gym[pusht]'`` (gym-pusht: pymunk, pygame, shapely, 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,10 +58,10 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ..env.infos import object_column
-from ..model.checkpoint import read_json
 from ..env.rendering import can_render
 from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env
 from ..env.spaces import checked_action, checked_options
+from ..model.checkpoint import read_json
 from ..rollout.seeding import SEED_RANGE, checked_seed
 from .envs import Cosmos3WorldVectorEnv, _checked_int
 from .pusht_coverage import SIZE, agent_position, chunk_coverages, make_pusht, pusht_reward
