@@ -172,7 +172,7 @@ class PushTTrainArgs:
                              "give it a share in (0, 1]")
         self._take_checkpoint_sizes()
         if not self.action_frame:  # the record says the frame trained in, which the env reads
-            self.action_frame = checkpoint_action_frame(self.init_from) if self.init_from else "canvas"
+            self.action_frame = checkpoint_action_frame(self.init_from)  # canvas without a checkpoint
         if self.clips_file and not Path(self.clips_file).is_file():
             raise ValueError(f"--clips-file {self.clips_file} is not a file; write one with "
                              "python -m cosmos3_gym.world.pusht_data --out FILE.npz")
@@ -416,15 +416,14 @@ def imagined_pool(model, clips: Clips, everything: ActionPool, index: np.ndarray
     world = Cosmos3WorldVectorEnv(EVAL_BATCH, chunk=CHUNK, size=SIZE, num_steps=args.imagined_steps, domain=ENV_DOMAIN,
                                   model=model, **sampler)
     rng, conditions, starts = np.random.default_rng([args.data_seed, 2, seed]), [], []
+    commands = everything.commands.cpu().numpy()  # the clips' actions as the model takes them (from their first frames)
     training = model.transformer.training
     model.transformer.eval()
     try:
         for start in tqdm(range(0, len(index), EVAL_BATCH), desc="imagined conditions"):
             previous = index[start:start + EVAL_BATCH] - 1
             seeds = rng.integers(0, 2 ** 62, len(previous)).tolist()
-            chunks = world.imagine(clips.frames[previous, 0], frame_actions(clips.actions[previous],
-                                                                          clips.frames[previous, 0], args.action_frame),
-                                   seeds, [PROMPT] * len(previous))
+            chunks = world.imagine(clips.frames[previous, 0], commands[previous], seeds, [PROMPT] * len(previous))
             starts.append(chunks[:, -1])
             conditions.append(model.encode_action_clips(chunks[:, -1:], args.resolution_tier, NUM_FRAMES, given=1))
     finally:
