@@ -312,6 +312,17 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
+    @property
+    def success_margin(self):
+        raise AttributeError(f"{self.env_id} has no success_margin (a Cosmos3World-v0 keyword): an imagined chunk "
+                             f"succeeds as in gym-pusht, once the coverage read from its frames passes threshold="
+                             f"{self.threshold}")
+
+    @property
+    def success_radius(self):
+        raise AttributeError(f"{self.env_id} has no success_radius (Cosmos3World-v0's distance to the goal): success "
+                             f"is gym-pusht's coverage above threshold={self.threshold}")
+
     def _first_frame(self, seed: int) -> np.ndarray:
         frame, _ = self.pusht.reset(seed=seed)
         return frame

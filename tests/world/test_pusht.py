@@ -153,6 +153,13 @@ def test_errors_name_the_pusht_envs_and_their_arguments(dream):
                                             r"which takes \['block_cog', 'damping'"):
             gym.make("PushT-Twin-v0", **{keyword: 1})
     assert gym.make("PushT-Twin-v0", damping=0.5).unwrapped.pusht.damping == 0.5
+    # Cosmos3World-v0's success rule is not PushT's: its attributes are absent, not a silent 0 and 0.15
+    for name in ("success_margin", "success_radius"):
+        assert not hasattr(env.unwrapped.vector, name)
+        with pytest.raises(AttributeError, match=rf"Cosmos3PushT-v0 has no {name} .*threshold=0.95"):
+            getattr(env.unwrapped.vector, name)
+    with pytest.raises(TypeError, match="success_margin"):
+        dream(success_margin=1.0)
 
 
 def test_check_env_passes_on_both(dream):
