@@ -97,7 +97,10 @@ class WorldEvalArgs:
 
         self.device = str(checked_device(self.device or None, name="--device", cpu_hint="--device cpu"))
         if self.checkpoint:
-            check_checkpoint(self.checkpoint)
+            try:
+                check_checkpoint(self.checkpoint)
+            except FileNotFoundError as error:  # a usage error, as the other flags' (exit 2, no traceback)
+                raise ValueError(f"--checkpoint: {error}") from None
         self._check_out()  # last: it makes the folder
 
     def _check_out(self) -> None:

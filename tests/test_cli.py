@@ -351,6 +351,9 @@ def test_world_eval_checks_goal_device_and_out_before_anything_loads(tmp_path, c
              (["--out", str(tmp_path / "a_file" / "sub")], f"cannot write to folder {str(tmp_path / 'a_file' / 'sub')!r}")]
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
     cases.append((["--out", str(tmp_path / "gone")], f"cannot write to folder {str(tmp_path / 'gone')!r}"))
+    for world in ("procedural", "pusht"):  # a checkpoint that is not there, in either world
+        cases.append((["--world", world, "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "new")],
+                      f"--checkpoint: checkpoint={str(tmp_path / 'nope')!r} is not a directory"))
     if not torch.cuda.is_available():
         cases.append((["--device", "cuda", "--out", str(tmp_path / "new")], "no CUDA device is available"))
     for flags, message in cases:

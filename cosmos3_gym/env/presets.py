@@ -205,10 +205,9 @@ def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]]) -> 
 
 # The world envs (registered by cosmos3_gym.world, a layer above), by id: how to give one to SB3, for the
 # message of a world id passed where a rollout preset is expected.
-_SAME_STEP = "autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP"
 WORLD_ENV_HINTS = {
-    "Cosmos3World-v0": f"Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(4, {_SAME_STEP})) (cosmos3_gym.world.envs)",
-    "Cosmos3PushT-v0": f"Cosmos3SB3VecEnv(Cosmos3PushTVectorEnv(4, {_SAME_STEP})) (cosmos3_gym.world.pusht)",
+    "Cosmos3World-v0": "Cosmos3SB3VecEnv.make(\"Cosmos3World-v0\", num_envs=4) (cosmos3_gym.env.sb3)",
+    "Cosmos3PushT-v0": "Cosmos3SB3VecEnv.make(\"Cosmos3PushT-v0\", num_envs=4) (cosmos3_gym.env.sb3)",
     "ProceduralWorld-v0": "SB3's make_vec_env(\"ProceduralWorld-v0\", n_envs=4) (a plain Gymnasium env)",
     "PushT-Twin-v0": "SB3's make_vec_env(\"PushT-Twin-v0\", n_envs=4) (a plain Gymnasium env)",
 }

@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
+import cosmos3_gym
 from .ray_env import make_vector_env
 from ..rollout.streams import LOG_PROB_INFO
 from .vector_env import Cosmos3RolloutVectorEnv
@@ -22,6 +23,12 @@ from .vector_env import Cosmos3RolloutVectorEnv
 PER_ENV_ATTRIBUTES = ("prompt", "negative_prompt", "seed", "step")
 INFO_KEYS = ("log_prob", "log_prob_sum", *LOG_PROB_INFO.values(), "sigma", "sigma_next", "timestep",
              "guidance_scale", "noise_level", "deterministic", "weights_version")
+
+
+def imagined_world_ids() -> list[str]:
+    """The registered world ids that have a batched env of their own (the twins are plain Gymnasium envs)."""
+    return [env_id for env_id in (*cosmos3_gym.WORLD_ENV_IDS, *cosmos3_gym.PUSHT_ENV_IDS)
+            if gym.spec(env_id).vector_entry_point]
 
 
 class Cosmos3SB3VecEnv(VecEnv):
@@ -34,8 +41,8 @@ class Cosmos3SB3VecEnv(VecEnv):
     vector env (the same value for every index), except the per-env attributes
     ``prompt``, ``negative_prompt``, ``seed`` and ``step``.
 
-    The world model as SB3's env: ``Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(16, goal="top left",
-    autoreset_mode=AutoresetMode.SAME_STEP))``; its episode ends carry ``is_success``. SB3's
+    The world model as SB3's env: ``Cosmos3SB3VecEnv.make("Cosmos3World-v0", num_envs=16, goal="top left")``
+    (or ``"Cosmos3PushT-v0"``); its episode ends carry ``is_success``. SB3's
     policies see only the frame, so give the world a fixed ``goal`` (the prompt that names a
     random goal does not reach them).
     """
@@ -43,8 +50,11 @@ class Cosmos3SB3VecEnv(VecEnv):
     def __init__(self, venv: Cosmos3RolloutVectorEnv, rescale_actions: bool = False):
         array_type = getattr(venv, "array_type", "numpy")
         if venv.autoreset_mode != AutoresetMode.SAME_STEP or array_type != "numpy":
+            env_id = getattr(venv, "env_id", None) or getattr(getattr(venv, "preset", None), "id", "Cosmos3Rollout-v0")
             raise ValueError(f"the SB3 adapter needs autoreset_mode=SAME_STEP and array_type='numpy', got "
-                             f"{venv.autoreset_mode} and {array_type!r}; build it with Cosmos3SB3VecEnv.make(...)")
+                             f"{venv.autoreset_mode} and {array_type!r}; build it with Cosmos3SB3VecEnv.make("
+                             f"{env_id!r}, num_envs={venv.num_envs}, ...) (a plain Gymnasium env, such as a twin: "
+                             f"SB3's own make_vec_env)")
         self.venv = venv
         space = venv.single_action_space
         if rescale_actions and not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
@@ -59,7 +69,17 @@ class Cosmos3SB3VecEnv(VecEnv):
     @classmethod
     def make(cls, env_id: str = "Cosmos3Rollout-v0", num_envs: int = 4, rescale_actions: bool = False,
              num_workers: int | None = None, **kwargs) -> "Cosmos3SB3VecEnv":
-        """``num_workers=W``: the envs run on W Ray actors (:class:`~cosmos3_gym.env.ray_env.Cosmos3RayVectorEnv`)."""
+        """``num_workers=W``: the envs run on W Ray actors (:class:`~cosmos3_gym.env.ray_env.Cosmos3RayVectorEnv`).
+
+        The imagined worlds (``Cosmos3World-v0``, ``Cosmos3PushT-v0``) run in this process, built by
+        their vector entry points (``gym.make_vec``'s keyword checks)."""
+        if env_id in imagined_world_ids():
+            if num_workers is not None:
+                raise ValueError(f"num_workers={num_workers!r}: {env_id} runs in this process only; leave num_workers "
+                                 f"out (the Ray workers serve the rollout presets)")
+            venv = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
+                                autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+            return cls(venv, rescale_actions)
         if num_workers is None:
             kwargs["array_type"] = "numpy"
         venv = make_vector_env(num_envs, env_id, num_workers=num_workers, autoreset_mode=AutoresetMode.SAME_STEP,

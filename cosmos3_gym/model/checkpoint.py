@@ -273,7 +273,8 @@ def check_checkpoint(path: str | Path) -> Path:
         raise FileNotFoundError(f"checkpoint={str(path)!r} is not a directory; pass a local diffusers-layout "
                                 f"Cosmos 3 checkpoint (the folder of its model_index.json, with "
                                 f"{', '.join(name for name in COMPONENTS if name != 'sound_tokenizer')}, and "
-                                f"sound_tokenizer for sound) or omit it for the embedded model")
+                                f"sound_tokenizer for sound), or leave it out for the env's own model (the embedded tiny "
+                                f"model; Cosmos3PushT-v0's shipped PushT model)")
     for name in ("transformer", "vae") + (("sound_tokenizer",) if (path / "sound_tokenizer").is_dir() else ()):
         _check_weights(path, name)
         check_config_fits_weights(path, name, component_config(path, name))

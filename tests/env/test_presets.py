@@ -74,17 +74,16 @@ def test_a_world_env_id_where_a_preset_is_expected_says_how_to_wrap_a_world():
     from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
 
     assert set(WORLD_ENV_HINTS) == set(cosmos3_gym.WORLD_ENV_IDS) | set(cosmos3_gym.PUSHT_ENV_IDS)  # the registered ones
-    with pytest.raises(ValueError, match=r"is a world env, not a rollout preset; for SB3: Cosmos3SB3VecEnv\(Cos"):
-        Cosmos3SB3VecEnv.make("Cosmos3World-v0", num_envs=2)
+    from cosmos3_gym.env.vector_env import Cosmos3RolloutVectorEnv
+
+    with pytest.raises(ValueError, match=r"is a world env, not a rollout preset; for SB3: Cosmos3SB3VecEnv\.make\("
+                                         r"\"Cosmos3World-v0\", num_envs=4\)"):
+        Cosmos3RolloutVectorEnv(2, "Cosmos3World-v0")
     # what the hint says runs (the vector envs' hints are evaluated as written, with 2 envs)
-    import gymnasium
     from stable_baselines3.common.env_util import make_vec_env
 
-    from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
-
-    scope = {"gymnasium": gymnasium, "Cosmos3SB3VecEnv": Cosmos3SB3VecEnv, "Cosmos3WorldVectorEnv": Cosmos3WorldVectorEnv}
-    code = WORLD_ENV_HINTS["Cosmos3World-v0"].split(" (")[0].replace("(4,", "(2,")
-    venv = eval(code, scope)
+    code = WORLD_ENV_HINTS["Cosmos3World-v0"].split(" (")[0].replace("num_envs=4", "num_envs=2")
+    venv = eval(code, {"Cosmos3SB3VecEnv": Cosmos3SB3VecEnv})
     assert venv.reset().shape[0] == 2
     venv.close()
     plain = make_vec_env("ProceduralWorld-v0", n_envs=2)

@@ -33,8 +33,34 @@ def test_same_step_autoreset_with_terminal_observation():
 def test_adapter_refuses_next_step_autoreset():
     from cosmos3_gym.env.vector_env import Cosmos3RolloutVectorEnv
 
-    with pytest.raises(ValueError, match="SAME_STEP"):
+    with pytest.raises(ValueError, match=r"SAME_STEP.*Cosmos3SB3VecEnv\.make\('Cosmos3Rollout-v0', num_envs=2, "):
         Cosmos3SB3VecEnv(Cosmos3RolloutVectorEnv(2, num_steps=2))
+
+
+@pytest.mark.parametrize("env_id", ["Cosmos3World-v0", "Cosmos3PushT-v0"])
+def test_make_builds_the_imagined_worlds_as_their_own_vector_envs_do(env_id, tiny_model):
+    """Cosmos3SB3VecEnv.make(world id) is the adapter over the world's own vector env with same-step
+    autoreset: the same first frames and the same imagined steps, bit for bit; its keywords are
+    checked as gym.make_vec's, and Ray workers (rollout presets only) are refused."""
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    if env_id == "Cosmos3PushT-v0":
+        pytest.importorskip("gym_pusht")
+    made = Cosmos3SB3VecEnv.make(env_id, num_envs=2, num_steps=1, model=tiny_model)
+    by_hand = Cosmos3SB3VecEnv(gym.make_vec(env_id, num_envs=2, vectorization_mode="vector_entry_point", num_steps=1,
+                                            model=tiny_model, autoreset_mode=AutoresetMode.SAME_STEP))
+    assert made.venv.env_id == env_id and made.venv.autoreset_mode == AutoresetMode.SAME_STEP
+    assert made.observation_space == by_hand.observation_space and made.action_space == by_hand.action_space
+    actions = np.stack([made.action_space.sample() for _ in range(2)])
+    for env in (made, by_hand):
+        env.seed(3)
+    np.testing.assert_array_equal(made.reset(), by_hand.reset())
+    np.testing.assert_array_equal(made.step(actions)[0], by_hand.step(actions)[0])
+    with pytest.raises(TypeError, match="did you mean 'num_steps'"):
+        Cosmos3SB3VecEnv.make(env_id, num_envs=2, num_step=1, model=tiny_model)
+    with pytest.raises(ValueError, match=rf"num_workers=2: {env_id} runs in this process only"):
+        Cosmos3SB3VecEnv.make(env_id, num_envs=2, num_workers=2)
 
 
 def test_per_env_options_and_indices():
