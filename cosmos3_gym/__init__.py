@@ -75,7 +75,7 @@ WORLD_ENV_IDS = _register_worlds()
 
 
 def _register_pusht() -> list[str]:
-    """PushT (``pip install 'cosmos3-gym[pusht]'``): Cosmos 3 imagining it, and gym-pusht as its twin.
+    """PushT (``pip install -e '.[pusht]'`` in a clone): Cosmos 3 imagining it, and gym-pusht as its twin.
 
     Registered everywhere; where gym-pusht is missing, making one says what to install."""
     return _register_in("cosmos3_gym.world.pusht", {"Cosmos3PushT-v0": ("Cosmos3PushTEnv", "make_pusht_vector_env"),

@@ -9,6 +9,7 @@ torch on 1 CPU thread unless --threads N or OMP_NUM_THREADS says otherwise.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import sys
 import tempfile
@@ -190,8 +191,13 @@ def check(args) -> int:
 
     cases = [(env_id, {"action_mode": mode, "num_steps": 2}, mode) for env_id in cosmos3_gym.ENV_IDS
              for mode in ("control", "noise")]
+    has_gym_pusht = importlib.util.find_spec("gym_pusht") is not None
+    pusht = list(cosmos3_gym.PUSHT_ENV_IDS) if has_gym_pusht else []
+    if not has_gym_pusht:  # on stderr: stdout keeps one line per check
+        print(f"{' and '.join(cosmos3_gym.PUSHT_ENV_IDS)} not checked: gym-pusht is not installed (in a clone of "
+              "this repository: pip install -e '.[pusht]')", file=sys.stderr)
     cases += [(env_id, {"num_steps": 2} if env_id.startswith("Cosmos3") else {}, "") for env_id in
-              cosmos3_gym.WORLD_ENV_IDS]
+              (*cosmos3_gym.WORLD_ENV_IDS, *pusht)]
     failures = refused = advice = 0
     for env_id, kwargs, mode in cases:
         caught: list[warnings.WarningMessage] = []

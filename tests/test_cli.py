@@ -279,6 +279,7 @@ def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_f
 
     monkeypatch.setattr(cosmos3_gym, "ENV_IDS", ["Cosmos3RolloutAV-v0"])
     monkeypatch.setattr(cosmos3_gym, "WORLD_ENV_IDS", ["ProceduralWorld-v0", "Cosmos3World-v0"])
+    monkeypatch.setattr(cosmos3_gym, "PUSHT_ENV_IDS", [])  # the next test's
     assert cli.main(["check"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 9  # (2 modes + 2 worlds) x 2 checkers, then the count
@@ -288,6 +289,25 @@ def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_f
         assert [line.split()[-1] for line in lines if line.startswith(world)] == ["ok", "ok"]
     noise_sb3 = [line for line in lines if " noise " in line and " sb3 " in line]
     assert len(noise_sb3) == 1 and "take no Dict action space" in noise_sb3[0] and not noise_sb3[0].endswith(" ok")
+
+
+def test_check_covers_the_pusht_envs_where_gym_pusht_is_installed(monkeypatch, capsys, keep_threads):
+    """PushT's ids are checked too (the twin stands for both here: the dream's checks are test_pusht's), and
+    without gym-pusht `check` says they were not checked and why, instead of leaving them out unsaid."""
+    import cosmos3_gym
+
+    monkeypatch.setattr(cosmos3_gym, "ENV_IDS", [])
+    monkeypatch.setattr(cosmos3_gym, "WORLD_ENV_IDS", [])
+    monkeypatch.setattr(cosmos3_gym, "PUSHT_ENV_IDS", ["PushT-Twin-v0"])
+    assert cli.main(["check"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out[:2]] == ["PushT-Twin-v0"] * 2 and all(l.endswith(" ok") for l in out[:2])
+    assert out[-1].startswith("2 checks (1 envs and action modes x Gymnasium, SB3): none failed")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gym_pusht" else real(name, *a))
+    assert cli.main(["check"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("0 checks") and "PushT-Twin-v0 not checked: gym-pusht is not installed" in captured.err
 
 
 def test_world_eval_passes_the_sampler_and_success_flags_to_the_imagined_env(tmp_path, keep_threads):
@@ -425,8 +445,10 @@ def test_world_eval_without_gym_pusht_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gym_pusht" else real(name, *a))
     with pytest.raises(SystemExit) as exit_:
         cli.main(["world-eval", "--world", "pusht"])
-    assert exit_.value.code == 2 and "--world pusht needs gym-pusht: pip install 'cosmos3-gym[pusht]'" in \
-        capsys.readouterr().err
+    pin = "gym-pusht>=0.1.8,<0.2"
+    assert f"\n    {pin}\n" in (Path(cli.__file__).parents[1] / "setup.cfg").read_text()  # the [pusht] extra's pin
+    assert exit_.value.code == 2 and (f"--world pusht needs gym-pusht: pip install '{pin}' (in a clone of this "
+                                      "repository: pip install -e '.[pusht]')") in capsys.readouterr().err
 
 
 def test_world_eval_help_loads_neither_torch_nor_diffusers():

@@ -42,7 +42,7 @@ two and the agent fades into the block
 (``cosmos3-gym world-eval --world pusht`` measures how far; BENCHMARKS.md has the numbers). ``checkpoint=DIR`` takes another
 (a diffusers-layout Cosmos 3 directory, as ``Cosmos3World-v0`` takes); ``model=`` a loaded one.
 
-Needs ``pip install 'cosmos3-gym[pusht]'`` (gym-pusht: pymunk, pygame, shapely, opencv).
+Needs ``pip install -e '.[pusht]'`` in a clone of the repository (gym-pusht: pymunk, pygame, shapely, opencv).
 """
 
 from __future__ import annotations

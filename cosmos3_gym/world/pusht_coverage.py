@@ -325,7 +325,8 @@ def block_pose(frame: np.ndarray, exact: bool | None = None) -> np.ndarray | Non
         return None
     renderer = _renderer() if exact is not False else None
     if exact and renderer is None:
-        raise ImportError("exact=True needs gym-pusht's renderer: pip install 'cosmos3-gym[pusht]'")
+        raise ImportError("exact=True needs gym-pusht's renderer: pip install 'gym-pusht>=0.1.8,<0.2' (in a clone "
+                          "of this repository: pip install -e '.[pusht]')")
     if renderer is not None and coverage_of_pose(pose) > 0:  # far from the goal the coverage is 0 either way
         pose = _refine_exact(frame, labels, pose, renderer)
     pose[2] = (pose[2] + np.pi) % (2 * np.pi) - np.pi
@@ -395,7 +396,8 @@ def require_gym_pusht(what: str = "PushT") -> None:
     from importlib import util
 
     if util.find_spec("gym_pusht") is None:
-        raise GymPushTMissing(f"{what} needs gym-pusht: pip install 'cosmos3-gym[pusht]' (or pip install gym-pusht)")
+        raise GymPushTMissing(f"{what} needs gym-pusht: pip install 'gym-pusht>=0.1.8,<0.2' (in a clone of this "
+                              f"repository: pip install -e '.[pusht]')")
 
 
 def make_pusht(**kwargs):
