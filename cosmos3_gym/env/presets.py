@@ -186,11 +186,11 @@ class Preset:
         return explicit_grid(self.sigmas)
 
 
-def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]]) -> None:
+def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]], notes: dict[str, str] | None = None) -> None:
     """``TypeError`` for names among ``keywords`` in none of ``allowed``'s groups (``{"label": names}``,
     listed in the message in order): Python's wording for an unexpected keyword (TorchRL's ``GymEnv``
-    retries without a keyword on exactly that), a "did you mean" where one name is close, and every
-    keyword allowed."""
+    retries without a keyword on exactly that), a "did you mean" where one name is close (or, for a
+    keyword in ``notes``, such as another library's, why the env has none), and every keyword allowed."""
     names = [name for group in allowed.values() for name in group]
     unknown = sorted(set(keywords) - set(names))
     if not unknown:
@@ -198,6 +198,8 @@ def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]]) -> 
     more = f" (and {_short(unknown[1:])})" if len(unknown) > 1 else ""
     close = difflib.get_close_matches(unknown[0][:100], names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
+    if notes and unknown[0] in notes:
+        hint = f" ({notes[unknown[0]]})"
     listing = "".join(f"; {label} {list(group)}" for label, group in allowed.items() if group)
     raise TypeError(f"unknown keyword(s) for env {_short(env_id)}: got an unexpected keyword argument "
                     f"{_short(unknown[0])}{more}{hint}{listing}")

@@ -46,14 +46,16 @@ def check_view_keywords(env_id: str, vector_cls, keywords: dict) -> None:
     :func:`~cosmos3_gym.env.presets.check_keywords`' "did you mean" instead of Python's bare
     message from deep inside the constructor."""
     check_keywords(env_id, keywords, {"the env takes": _constructor_keywords(vector_cls, {"self", "num_envs",
-                                                                                           "autoreset_mode"})})
+                                                                                           "autoreset_mode"})},
+                   getattr(vector_cls, "keyword_notes", None))
 
 
 def checked_vector_env(vector_cls, keywords: dict):
     """``vector_cls(**keywords)`` for ``gym.make_vec(..., vectorization_mode="vector_entry_point")``, its
     keywords checked first as :func:`check_view_keywords` checks a single env's (a typo gets a "did
     you mean", not Python's bare ``TypeError``)."""
-    check_keywords(vector_cls.env_id, keywords, {"the vector env takes": _constructor_keywords(vector_cls, {"self"})})
+    check_keywords(vector_cls.env_id, keywords, {"the vector env takes": _constructor_keywords(vector_cls, {"self"})},
+                   getattr(vector_cls, "keyword_notes", None))
     return vector_cls(**keywords)
 
 

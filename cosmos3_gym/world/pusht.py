@@ -284,6 +284,9 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
     action_hint = TARGET_HINT
     env_id = "Cosmos3PushT-v0"
     reset_hint = RESET_HINT
+    # gym-pusht's keywords a LeRobot user may pass, and why this env takes none (for the keyword errors)
+    keyword_notes = {"obs_type": "the observation is always gym-pusht's obs_type='pixels' frame, uint8 96x96x3; "
+                                 "leave obs_type out"}
 
     def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int | None = None, prompt: str = PROMPT,
                  exact_coverage: bool = True, num_steps: int = 8, kind: str = "sde", guidance_scale: float = 4.0,

@@ -293,7 +293,8 @@ def test_pusht_without_gym_pusht_says_what_to_install(env_id, monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gym_pusht" else real(name, *a))
-    with pytest.raises(ImportError, match=r"PushT needs gym-pusht: pip install 'cosmos3-gym\[pusht\]'"):
+    with pytest.raises(ImportError, match=r"PushT needs gym-pusht: pip install 'gym-pusht>=0.1.8,<0.2' \(in a clone "
+                                          r"of this repository: pip install -e '\.\[pusht\]'\)"):
         gym.make(env_id)
 
 

@@ -160,6 +160,12 @@ def test_errors_name_the_pusht_envs_and_their_arguments(dream):
             getattr(env.unwrapped.vector, name)
     with pytest.raises(TypeError, match="success_margin"):
         dream(success_margin=1.0)
+    # gym-pusht's obs_type: why the dream has none, not a "did you mean 'dtype'?" (single env and vector env)
+    note = r"got an unexpected keyword argument 'obs_type' \(the observation is always gym-pusht's obs_type='pixels'"
+    with pytest.raises(TypeError, match=note):
+        dream(obs_type="pixels_agent_pos")
+    with pytest.raises(TypeError, match=note):
+        gym.make_vec("Cosmos3PushT-v0", num_envs=2, vectorization_mode="vector_entry_point", obs_type="pixels")
 
 
 def test_check_env_passes_on_both(dream):
