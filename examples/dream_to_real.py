@@ -45,17 +45,17 @@ from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
 @dataclass
 class Args:
     timesteps: int = 4096  # PPO env steps (chunks), the same for both worlds
-    num_envs: int = 16
+    num_envs: int = 16  # envs PPO steps together, in each world
     n_steps: int = 32  # PPO rollout length per env
     num_steps: int = 4  # denoising steps of one imagined chunk
     guidance: float = 0.0  # the imagined world's classifier-free guidance scale (0: Cosmos3World-v0's default)
     success_margin: float = 0.0  # pixels: the dream calls success only this much inside the true radius (0: the same rule)
     goal: str = "top left"  # the corner of every episode (a pixel-only policy cannot read the prompt)
-    eval_episodes: int = 100
+    eval_episodes: int = 100  # true-world episodes that score each policy
     device: str = "cuda" if torch.cuda.is_available() else "cpu"  # the world model's
     checkpoint: str = ""  # the world model's weights, e.g. train_world_model's --out (default: the embedded model)
-    seed: int = 0
-    out: str = "out"
+    seed: int = 0  # PPO's, the envs' resets and the evaluation's
+    out: str = "out"  # the folder of dream_to_real.txt and .png
     quick: bool = False  # --timesteps 2048 --eval-episodes 50 (unless given): the gap, in about half the time
     QUICK: ClassVar[dict] = {"timesteps": 2048, "eval_episodes": 50}
 

@@ -36,18 +36,18 @@ from cosmos3_gym.train.plots import reward_curve
 
 @dataclass
 class Args:
-    env_id: str = "Cosmos3Rollout-v0"
-    num_groups: int = 8
+    env_id: str = "Cosmos3Rollout-v0"  # a rollout preset (cosmos3-gym rollout --help lists them)
+    num_groups: int = 8  # prompts per iteration (num_groups x group_size envs)
     group_size: int = 4  # envs per prompt; advantages are relative within a group
-    num_steps: int = 4
-    guidance_scale: float = 1.0
-    noise_level: float = 0.7
-    iterations: int = 60
+    num_steps: int = 4  # denoising steps per episode
+    guidance_scale: float = 1.0  # classifier-free guidance of the rollouts (1: no CFG forward)
+    noise_level: float = 0.7  # the SDE's noise scale (exploration)
+    iterations: int = 60  # rollout-then-update rounds
     epochs: int = 2  # policy-gradient passes over each batch of trajectories
     learning_rate: float = 1e-5  # full fine-tuning; 1e-4 drifts faster than the reward signal guides it
-    clip_range: float = 0.2
-    seed: int = 0
-    out: str = "out"
+    clip_range: float = 0.2  # PPO's ratio clipping
+    seed: int = 0  # torch's and the first reset's
+    out: str = "out"  # the folder of grpo_reward.png
     quick: bool = False  # --iterations 20 (unless given): a third of the time, ending inside the early dip
     QUICK: ClassVar[dict] = {"iterations": 20}
 

@@ -46,22 +46,22 @@ from cosmos3_gym.rollout.procedural_world import draw, push, sample_task, task_r
 
 @dataclass
 class Args:
-    num_groups: int = 8
+    num_groups: int = 8  # tasks per iteration (num_groups x group_size envs)
     group_size: int = 8  # envs per task; advantages are relative within a group
     num_steps: int = 4  # denoising steps
     guidance_scale: float = 1.0  # GRPO teaches the conditional model itself (no CFG forward)
     noise_level: float = 0.3  # at 0.7 the sampled noise decides most chunks' outcome and success falls
-    iterations: int = 80
-    epochs: int = 2
-    learning_rate: float = 2e-4
-    clip_range: float = 0.2
+    iterations: int = 80  # rollout-then-update rounds
+    epochs: int = 2  # policy-gradient passes over each batch of trajectories
+    learning_rate: float = 2e-4  # Adam's step size
+    clip_range: float = 0.2  # PPO's ratio clipping
     streams: str = "action"  # the log-probs trained: "action" (exact log-density of the rewarded actions)
     # or "video,action" (joint, per-element mean, as Flow-GRPO for images: the video's elements dominate)
     kl_beta: float = 0.0  # > 0: penalise the KL divergence to the starting model (a frozen copy)
     micro_batch: int = 16  # rollouts replayed per backward pass (the update's memory; not its result)
-    seed: int = 0
+    seed: int = 0  # torch's, the tasks' and the first reset's
     device: str = "cuda" if torch.cuda.is_available() else "cpu"  # the rollouts' and the trainer's
-    out: str = "out"
+    out: str = "out"  # the folder of policy_grpo.png and .json
     quick: bool = False  # --iterations 20 (unless given): the reward's rise, in a quarter of the time
     QUICK: ClassVar[dict] = {"iterations": 20}
 

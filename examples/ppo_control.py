@@ -31,14 +31,14 @@ from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
 
 @dataclass
 class Args:
-    env_id: str = "Cosmos3Rollout-v0"
-    num_envs: int = 16
+    env_id: str = "Cosmos3Rollout-v0"  # a rollout preset (cosmos3-gym rollout --help lists them)
+    num_envs: int = 16  # envs SB3 steps together (one batched forward)
     num_steps: int = 4  # denoising steps per episode
-    total_timesteps: int = 16384
+    total_timesteps: int = 16384  # PPO's budget: denoising steps over all envs
     n_steps: int = 16  # PPO rollout length per env
-    learning_rate: float = 1e-3
-    seed: int = 0
-    out: str = "out"
+    learning_rate: float = 1e-3  # PPO's step size
+    seed: int = 0  # PPO's and the envs' resets
+    out: str = "out"  # the folder of ppo_reward.png
     quick: bool = False  # --total-timesteps 4096 (unless given): the rise in a quarter of the steps
     QUICK: ClassVar[dict] = {"total_timesteps": 4096}
 

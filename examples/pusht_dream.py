@@ -40,8 +40,8 @@ class Args:
     chunks: int = 8  # chunks of 8 actions (8 chunks: 64 of gym-pusht's steps)
     num_steps: int = 8  # denoising steps per imagined chunk
     checkpoint: str = ""  # a PushT Cosmos 3 (default: the shipped one)
-    device: str = "cpu"
-    out: str = "out"
+    device: str = "cpu"  # the world model's (cpu or cuda)
+    out: str = "out"  # the folder of pusht_dream.gif and .png
     scale: int = 3  # pixel upscaling of the GIF
 
     def __post_init__(self):

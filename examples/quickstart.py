@@ -24,10 +24,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 @dataclass
 class Args:
-    env_id: str = "Cosmos3Rollout-v0"
-    prompt: str = "a big red ball slides to the right"
-    seed: int = 0
-    out: str = "out"
+    env_id: str = "Cosmos3Rollout-v0"  # a rollout preset (cosmos3-gym rollout --help lists them)
+    prompt: str = "a big red ball slides to the right"  # the episode's (a reset option)
+    seed: int = 0  # the reset's: the initial noise and the SDE's
+    out: str = "out"  # the folder of the GIFs and the log-prob plot
     gallery: int = 0  # > 0: also render one vector-env episode over this many preset prompts
     scale: int = 6  # pixel upscaling of the written GIFs
 

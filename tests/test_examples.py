@@ -1,5 +1,6 @@
 """The examples run (at a small scale) and the notebook executes, so that none of them rots."""
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -68,6 +69,23 @@ def test_pusht_dream_smoke(tmp_path):
     assert (tmp_path / "pusht_dream.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def _example(script, monkeypatch):
+    spec = importlib.util.spec_from_file_location(script[:-3], EXAMPLES / script)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script", sorted(path.name for path in EXAMPLES.glob("*.py")))
+def test_every_flag_of_every_example_says_what_it_is(script, monkeypatch):
+    """--help shows each flag's comment (train.args.field_comments): a flag without one shows only its type."""
+    from cosmos3_gym.train.args import field_comments
+
+    args = _example(script, monkeypatch).Args
+    assert sorted(field_comments(args)) == sorted(field.name for field in dataclasses.fields(args))
+
+
 @pytest.mark.parametrize("script, quick", [("ppo_control.py", {"total_timesteps": 4096}),
                                            ("policy_grpo.py", {"iterations": 20}),
                                            ("grpo_finetune.py", {"iterations": 20}),
@@ -75,10 +93,7 @@ def test_pusht_dream_smoke(tmp_path):
 def test_quick_takes_its_values_where_no_flag_is_given(script, quick, monkeypatch):
     """--quick replaces the defaults it names (the smoke runs above pass it with smaller flags,
     which win); the full defaults stay without it."""
-    spec = importlib.util.spec_from_file_location(script[:-3], EXAMPLES / script)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
+    module = _example(script, monkeypatch)
     assert module.Args.QUICK == quick
     default, fast = module.Args(), module.Args(quick=True)
     for name, value in quick.items():
