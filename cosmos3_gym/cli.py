@@ -516,8 +516,11 @@ def main(argv=None) -> int:
     if argv[:1] == ["world-eval"]:  # its flags are a dataclass's (cosmos3_gym.world_eval.WorldEvalArgs)
         return world_eval(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
     command_parser = parser.commands[args.command]  # its errors start "cosmos3-gym demo: error:"
+    if unknown:  # with the command's usage, not the top level's
+        command_parser.error(f"unrecognized arguments: {' '.join(unknown)} (`cosmos3-gym {args.command} --help` "
+                             "lists its flags)")
     if hasattr(args, "device"):
         _check_device(command_parser, args)
     _check_outputs(command_parser, args)  # after the device check: it creates the output folders

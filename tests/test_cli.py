@@ -202,6 +202,15 @@ def test_configure_threads(monkeypatch, keep_threads):
         configure_threads(0)
 
 
+@pytest.mark.parametrize("command", ["demo", "rollout", "check", "bench", "evaluate"])
+def test_a_flag_the_command_does_not_take_gets_the_commands_usage(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, "--bogus", "1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(f"usage: cosmos3-gym {command} ")
+    assert f"cosmos3-gym {command}: error: unrecognized arguments: --bogus 1 (`cosmos3-gym {command} --help`" in err
+
+
 def test_every_flag_has_help_and_env_choices_are_the_presets():
     parser = cli.build_parser()
     assert set(parser.commands) == {"demo", "rollout", "check", "bench", "evaluate", "world-eval"}
