@@ -10,10 +10,10 @@ Sampling here runs *without* classifier-free guidance (``guidance_scale=1``): GR
 the conditional model to follow the prompt on its own, which CFG otherwise buys with a
 second forward.
 
-    python examples/grpo_finetune.py           # out/grpo_reward.png; 2-core CPU, shipped weights: 9.4 min
-                                               # (the other core busy half of it), 0.932 -> 0.960 (first ->
-                                               # last 12 of 60 iterations; it dips over the first 25)
-    python examples/grpo_finetune.py --quick   # 20 iterations, 3.1 min: 0.931 -> 0.923 (first -> last 4),
+    python examples/grpo_finetune.py           # out/grpo_reward.png; 2-core CPU, shipped weights: 11.7 min,
+                                               # 0.944 -> 0.951 (first -> last 12 of 60 iterations; it dips
+                                               # over the first 25, then rises to about 0.96)
+    python examples/grpo_finetune.py --quick   # 20 iterations, 4.0 min: 0.942 -> 0.931 (first -> last 4),
                                                # inside that dip: the full run shows the rise
 """
 
