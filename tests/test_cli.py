@@ -336,6 +336,7 @@ def test_check_counts_its_failures(monkeypatch, capsys, keep_threads):
 
     monkeypatch.setattr(cosmos3_gym, "ENV_IDS", ["NoSuchEnv-v0"])
     monkeypatch.setattr(cosmos3_gym, "WORLD_ENV_IDS", [])
+    monkeypatch.setattr(cosmos3_gym, "PUSHT_ENV_IDS", [])
     assert cli.main(["check"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert sum("FAILED: " in line for line in lines) == 4
