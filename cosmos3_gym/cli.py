@@ -194,8 +194,8 @@ def check(args) -> int:
     has_gym_pusht = importlib.util.find_spec("gym_pusht") is not None
     pusht = list(cosmos3_gym.PUSHT_ENV_IDS) if has_gym_pusht else []
     if not has_gym_pusht:  # on stderr: stdout keeps one line per check
-        print(f"{' and '.join(cosmos3_gym.PUSHT_ENV_IDS)} not checked: gym-pusht is not installed (in a clone of "
-              "this repository: pip install -e '.[pusht]')", file=sys.stderr)
+        print(f"{' and '.join(cosmos3_gym.PUSHT_ENV_IDS)} not checked: gym-pusht is not installed: "
+              f"{cosmos3_gym.PUSHT_INSTALL}", file=sys.stderr)
     cases += [(env_id, {"num_steps": 2} if env_id.startswith("Cosmos3") else {}, "") for env_id in
               (*cosmos3_gym.WORLD_ENV_IDS, *pusht)]
     failures = refused = advice = 0
@@ -518,6 +518,10 @@ def main(argv=None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     command_parser = parser.commands[args.command]  # its errors start "cosmos3-gym demo: error:"
+    before = argv[:argv.index(args.command)]  # the top level takes no flag but --help
+    if before:
+        parser.error(f"unrecognized arguments: {' '.join(before)}; a command's flags go after it: cosmos3-gym "
+                     f"{args.command} {' '.join(before)} ...")
     if unknown:  # with the command's usage, not the top level's
         command_parser.error(f"unrecognized arguments: {' '.join(unknown)} (`cosmos3-gym {args.command} --help` "
                              "lists its flags)")

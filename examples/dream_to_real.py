@@ -28,7 +28,6 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
@@ -39,7 +38,6 @@ from cosmos3_gym.train.args import apply_quick, guidance_override, parse_args, r
 from cosmos3_gym.model.model import check_checkpoint
 from cosmos3_gym.rollout.procedural_world import checked_success_margin
 from cosmos3_gym.env.sb3 import Cosmos3SB3VecEnv
-from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
 
 
 @dataclass
@@ -112,10 +110,9 @@ def main(args: Args) -> None:
     eval_seed = 10**6  # evaluation tasks never seen in training
     # the imagined world first: its checkpoint loads (or fails) before anything trains
     guidance = guidance_override(args)
-    dream_envs = Cosmos3SB3VecEnv(Cosmos3WorldVectorEnv(args.num_envs, goal=args.goal, num_steps=args.num_steps,
-                                                        autoreset_mode=AutoresetMode.SAME_STEP,
-                                                        checkpoint=args.checkpoint, device=args.device,
-                                                        success_margin=args.success_margin, **guidance))
+    dream_envs = Cosmos3SB3VecEnv.make("Cosmos3World-v0", num_envs=args.num_envs, goal=args.goal,
+                                       num_steps=args.num_steps, checkpoint=args.checkpoint, device=args.device,
+                                       success_margin=args.success_margin, **guidance)
     rng = np.random.default_rng(args.seed)
     results = {"random commands": success_rate(lambda obs: rng.uniform(-1, 1, (8, 2)).astype(np.float32),
                                                args.eval_episodes, eval_seed, args.goal)}

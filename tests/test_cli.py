@@ -209,6 +209,12 @@ def test_a_flag_the_command_does_not_take_gets_the_commands_usage(command, capsy
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith(f"usage: cosmos3-gym {command} ")
     assert f"cosmos3-gym {command}: error: unrecognized arguments: --bogus 1 (`cosmos3-gym {command} --help`" in err
+    with pytest.raises(SystemExit) as exit_:  # a flag the command takes, put before it: the top level's error
+        cli.main(["--overwrite", command])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: cosmos3-gym [-h] COMMAND")
+    assert (f"cosmos3-gym: error: unrecognized arguments: --overwrite; a command's flags go after it: cosmos3-gym "
+            f"{command} --overwrite ...") in err
 
 
 def test_every_flag_has_help_and_env_choices_are_the_presets():
@@ -300,23 +306,32 @@ def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_f
     assert len(noise_sb3) == 1 and "take no Dict action space" in noise_sb3[0] and not noise_sb3[0].endswith(" ok")
 
 
-def test_check_covers_the_pusht_envs_where_gym_pusht_is_installed(monkeypatch, capsys, keep_threads):
-    """PushT's ids are checked too (the twin stands for both here: the dream's checks are test_pusht's), and
-    without gym-pusht `check` says they were not checked and why, instead of leaving them out unsaid."""
+@pytest.fixture
+def only_pusht_twin(monkeypatch):
     import cosmos3_gym
 
     monkeypatch.setattr(cosmos3_gym, "ENV_IDS", [])
     monkeypatch.setattr(cosmos3_gym, "WORLD_ENV_IDS", [])
     monkeypatch.setattr(cosmos3_gym, "PUSHT_ENV_IDS", ["PushT-Twin-v0"])
+
+
+def test_check_covers_the_pusht_envs_where_gym_pusht_is_installed(only_pusht_twin, capsys, keep_threads):
+    """PushT's ids are checked too (the twin stands for both here: the dream's checks are test_pusht's)."""
+    pytest.importorskip("gym_pusht")
     assert cli.main(["check"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out[:2]] == ["PushT-Twin-v0"] * 2 and all(l.endswith(" ok") for l in out[:2])
     assert out[-1].startswith("2 checks (1 envs and action modes x Gymnasium, SB3): none failed")
+
+
+def test_check_says_the_pusht_envs_were_not_checked_without_gym_pusht(only_pusht_twin, monkeypatch, capsys,
+                                                                      keep_threads):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gym_pusht" else real(name, *a))
     assert cli.main(["check"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.startswith("0 checks") and "PushT-Twin-v0 not checked: gym-pusht is not installed" in captured.err
+    assert captured.out.startswith("0 checks")
+    assert f"PushT-Twin-v0 not checked: gym-pusht is not installed: {cosmos3_gym.PUSHT_INSTALL}" in captured.err
 
 
 def test_world_eval_passes_the_sampler_and_success_flags_to_the_imagined_env(tmp_path, keep_threads):
@@ -455,10 +470,11 @@ def test_world_eval_without_gym_pusht_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gym_pusht" else real(name, *a))
     with pytest.raises(SystemExit) as exit_:
         cli.main(["world-eval", "--world", "pusht"])
-    pin = "gym-pusht>=0.1.8,<0.2"
-    assert f"\n    {pin}\n" in (Path(cli.__file__).parents[1] / "setup.cfg").read_text()  # the [pusht] extra's pin
-    assert exit_.value.code == 2 and (f"--world pusht needs gym-pusht: pip install '{pin}' (in a clone of this "
-                                      "repository: pip install -e '.[pusht]')") in capsys.readouterr().err
+    assert exit_.value.code == 2 and (f"--world pusht needs gym-pusht: {cosmos3_gym.PUSHT_INSTALL}"
+                                      in capsys.readouterr().err)
+    pin = "gym-pusht>=0.1.8,<0.2"  # the install hint asks for the [pusht] extra's pin
+    assert f"pip install '{pin}'" in cosmos3_gym.PUSHT_INSTALL
+    assert f"\n    {pin}\n" in (Path(cli.__file__).parents[1] / "setup.cfg").read_text()
 
 
 def test_world_eval_help_loads_neither_torch_nor_diffusers():

@@ -200,6 +200,7 @@ def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]], not
     hint = f"; did you mean {close[0]!r}?" if close else ""
     if notes and unknown[0] in notes:
         hint = f" ({notes[unknown[0]]})"
+    hint += "".join(f"; {name!r}: {notes[name]}" for name in unknown[1:] if notes and name in notes)
     listing = "".join(f"; {label} {list(group)}" for label, group in allowed.items() if group)
     raise TypeError(f"unknown keyword(s) for env {_short(env_id)}: got an unexpected keyword argument "
                     f"{_short(unknown[0])}{more}{hint}{listing}")

@@ -48,6 +48,11 @@ class Cosmos3SB3VecEnv(VecEnv):
     """
 
     def __init__(self, venv: Cosmos3RolloutVectorEnv, rescale_actions: bool = False):
+        if isinstance(venv, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+            env_id = venv.spec.id if venv.spec is not None else "the env"
+            raise ValueError(f"the SB3 adapter takes Cosmos 3's own vector envs (their episode ends carry the "
+                             f"trajectory), not a {type(venv).__name__}; for a plain Gymnasium env such as {env_id} "
+                             f"use SB3's make_vec_env({env_id!r}, n_envs={venv.num_envs})")
         array_type = getattr(venv, "array_type", "numpy")
         if venv.autoreset_mode != AutoresetMode.SAME_STEP or array_type != "numpy":
             env_id = getattr(venv, "env_id", None) or getattr(getattr(venv, "preset", None), "id", "Cosmos3Rollout-v0")
@@ -73,6 +78,10 @@ class Cosmos3SB3VecEnv(VecEnv):
 
         The imagined worlds (``Cosmos3World-v0``, ``Cosmos3PushT-v0``) run in this process, built by
         their vector entry points (``gym.make_vec``'s keyword checks)."""
+        for reserved in ("autoreset_mode", "vectorization_mode", "array_type"):
+            if reserved in kwargs:
+                raise ValueError(f"{reserved}={kwargs[reserved]!r}: the SB3 adapter sets it (same-step autoreset on "
+                                 f"numpy, SB3's VecEnv convention); leave it out")
         if env_id in imagined_world_ids():
             if num_workers is not None:
                 raise ValueError(f"num_workers={num_workers!r}: {env_id} runs in this process only; leave num_workers "

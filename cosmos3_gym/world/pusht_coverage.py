@@ -41,6 +41,8 @@ import functools
 
 import numpy as np
 
+from .. import PUSHT_INSTALL
+
 SIZE = 96  # gym-pusht's observation_width/height
 CANVAS = 512  # gym-pusht draws on a 512x512 pygame surface, then cv2.resize to SIZE
 SUCCESS_THRESHOLD = 0.95  # gym_pusht.envs.pusht.PushTEnv.__init__: self.success_threshold
@@ -325,8 +327,7 @@ def block_pose(frame: np.ndarray, exact: bool | None = None) -> np.ndarray | Non
         return None
     renderer = _renderer() if exact is not False else None
     if exact and renderer is None:
-        raise ImportError("exact=True needs gym-pusht's renderer: pip install 'gym-pusht>=0.1.8,<0.2' (in a clone "
-                          "of this repository: pip install -e '.[pusht]')")
+        raise ImportError(f"exact=True needs gym-pusht's renderer: {PUSHT_INSTALL}")
     if renderer is not None and coverage_of_pose(pose) > 0:  # far from the goal the coverage is 0 either way
         pose = _refine_exact(frame, labels, pose, renderer)
     pose[2] = (pose[2] + np.pi) % (2 * np.pi) - np.pi
@@ -396,8 +397,7 @@ def require_gym_pusht(what: str = "PushT") -> None:
     from importlib import util
 
     if util.find_spec("gym_pusht") is None:
-        raise GymPushTMissing(f"{what} needs gym-pusht: pip install 'gym-pusht>=0.1.8,<0.2' (in a clone of this "
-                              f"repository: pip install -e '.[pusht]')")
+        raise GymPushTMissing(f"{what} needs gym-pusht: {PUSHT_INSTALL}")
 
 
 def make_pusht(**kwargs):

@@ -37,6 +37,21 @@ def test_adapter_refuses_next_step_autoreset():
         Cosmos3SB3VecEnv(Cosmos3RolloutVectorEnv(2, num_steps=2))
 
 
+def test_adapter_refuses_a_plain_gymnasium_vector_env_and_the_keywords_it_sets():
+    """A twin's SyncVectorEnv has no trajectory at its episode ends (a KeyError at the first one once): it is
+    sent to SB3's own make_vec_env; the autoreset mode, vectorization and array type are the adapter's."""
+    import gymnasium as gym
+
+    plain = gym.make_vec("ProceduralWorld-v0", num_envs=2, vectorization_mode="sync")
+    with pytest.raises(ValueError, match=r"not a SyncVectorEnv; for a plain Gymnasium env such as ProceduralWorld-v0 "
+                                         r"use SB3's make_vec_env\('ProceduralWorld-v0', n_envs=2\)"):
+        Cosmos3SB3VecEnv(plain)
+    for env_id in ("Cosmos3Rollout-v0", "Cosmos3World-v0"):
+        for keyword, value in (("autoreset_mode", "next_step"), ("vectorization_mode", "sync"), ("array_type", "torch")):
+            with pytest.raises(ValueError, match=rf"{keyword}='{value}': the SB3 adapter sets it"):
+                Cosmos3SB3VecEnv.make(env_id, num_envs=2, **{keyword: value})
+
+
 @pytest.mark.parametrize("env_id", ["Cosmos3World-v0", "Cosmos3PushT-v0"])
 def test_make_builds_the_imagined_worlds_as_their_own_vector_envs_do(env_id, tiny_model):
     """Cosmos3SB3VecEnv.make(world id) is the adapter over the world's own vector env with same-step

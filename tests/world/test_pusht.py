@@ -166,6 +166,8 @@ def test_errors_name_the_pusht_envs_and_their_arguments(dream):
         dream(obs_type="pixels_agent_pos")
     with pytest.raises(TypeError, match=note):
         gym.make_vec("Cosmos3PushT-v0", num_envs=2, vectorization_mode="vector_entry_point", obs_type="pixels")
+    with pytest.raises(TypeError, match=r"argument 'foo' \(and \['obs_type'\]\); 'obs_type': the observation is always"):
+        dream(obs_type="pixels", foo=1)  # noted though another unknown keyword comes first
 
 
 def test_check_env_passes_on_both(dream):
