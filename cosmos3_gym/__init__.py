@@ -74,12 +74,9 @@ def _register_worlds() -> list[str]:
 WORLD_ENV_IDS = _register_worlds()
 
 
-# What to run where gym-pusht is missing (the package is installed from a clone; gym-pusht from the index).
-PUSHT_INSTALL = "pip install 'gym-pusht>=0.1.8,<0.2' (in a clone of this repository: pip install -e '.[pusht]')"
-
-
 def _register_pusht() -> list[str]:
-    """PushT (:data:`PUSHT_INSTALL`): Cosmos 3 imagining it, and gym-pusht as its twin.
+    """PushT (gym-pusht; how to install it: ``cosmos3_gym.world.pusht_coverage.PUSHT_INSTALL``): Cosmos 3
+    imagining it, and gym-pusht as its twin.
 
     Registered everywhere; where gym-pusht is missing, making one says what to install."""
     return _register_in("cosmos3_gym.world.pusht", {"Cosmos3PushT-v0": ("Cosmos3PushTEnv", "make_pusht_vector_env"),

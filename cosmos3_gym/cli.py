@@ -191,11 +191,13 @@ def check(args) -> int:
 
     cases = [(env_id, {"action_mode": mode, "num_steps": 2}, mode) for env_id in cosmos3_gym.ENV_IDS
              for mode in ("control", "noise")]
+    from .world.pusht_coverage import PUSHT_INSTALL
+
     has_gym_pusht = importlib.util.find_spec("gym_pusht") is not None
     pusht = list(cosmos3_gym.PUSHT_ENV_IDS) if has_gym_pusht else []
     if not has_gym_pusht:  # on stderr: stdout keeps one line per check
         print(f"{' and '.join(cosmos3_gym.PUSHT_ENV_IDS)} not checked: gym-pusht is not installed: "
-              f"{cosmos3_gym.PUSHT_INSTALL}", file=sys.stderr)
+              f"{PUSHT_INSTALL}", file=sys.stderr)
     cases += [(env_id, {"num_steps": 2} if env_id.startswith("Cosmos3") else {}, "") for env_id in
               (*cosmos3_gym.WORLD_ENV_IDS, *pusht)]
     failures = refused = advice = 0

@@ -12,6 +12,7 @@ import torch
 import cosmos3_gym
 from cosmos3_gym import cli
 from cosmos3_gym.model.threads import configure_threads
+from cosmos3_gym.world.pusht_coverage import PUSHT_INSTALL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -331,7 +332,7 @@ def test_check_says_the_pusht_envs_were_not_checked_without_gym_pusht(only_pusht
     assert cli.main(["check"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("0 checks")
-    assert f"PushT-Twin-v0 not checked: gym-pusht is not installed: {cosmos3_gym.PUSHT_INSTALL}" in captured.err
+    assert f"PushT-Twin-v0 not checked: gym-pusht is not installed: {PUSHT_INSTALL}" in captured.err
 
 
 def test_world_eval_passes_the_sampler_and_success_flags_to_the_imagined_env(tmp_path, keep_threads):
@@ -470,10 +471,10 @@ def test_world_eval_without_gym_pusht_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gym_pusht" else real(name, *a))
     with pytest.raises(SystemExit) as exit_:
         cli.main(["world-eval", "--world", "pusht"])
-    assert exit_.value.code == 2 and (f"--world pusht needs gym-pusht: {cosmos3_gym.PUSHT_INSTALL}"
+    assert exit_.value.code == 2 and (f"--world pusht needs gym-pusht: {PUSHT_INSTALL}"
                                       in capsys.readouterr().err)
     pin = "gym-pusht>=0.1.8,<0.2"  # the install hint asks for the [pusht] extra's pin
-    assert f"pip install '{pin}'" in cosmos3_gym.PUSHT_INSTALL
+    assert f"pip install '{pin}'" in PUSHT_INSTALL
     assert f"\n    {pin}\n" in (Path(cli.__file__).parents[1] / "setup.cfg").read_text()
 
 

@@ -41,7 +41,8 @@ import functools
 
 import numpy as np
 
-from .. import PUSHT_INSTALL
+# What to run where gym-pusht is missing (the package is installed from a clone; gym-pusht from the index).
+PUSHT_INSTALL = "pip install 'gym-pusht>=0.1.8,<0.2' (in a clone of this repository: pip install -e '.[pusht]')"
 
 SIZE = 96  # gym-pusht's observation_width/height
 CANVAS = 512  # gym-pusht draws on a 512x512 pygame surface, then cv2.resize to SIZE
