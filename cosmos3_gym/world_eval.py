@@ -78,12 +78,8 @@ class WorldEvalArgs:
         self.noise_levels = self.noise_levels or ("0,20,40" if self.world == "pusht" else "0,1,2,4,8")
         if self.disagreement == 1 or self.disagreement < 0:
             raise ValueError(f"--disagreement {self.disagreement}: use 0 (off) or a number of samples >= 2")
-        try:
-            self.steps_list = [int(s) for s in self.num_steps.split(",")]
-            self.noise_list = [float(s) for s in self.noise_levels.split(",")]
-        except ValueError:
-            raise ValueError(f"--num-steps {self.num_steps!r} / --noise-levels {self.noise_levels!r}: "
-                             "use comma-separated numbers") from None
+        self.steps_list = _numbers("--num-steps", self.num_steps, int, "integers")
+        self.noise_list = _numbers("--noise-levels", self.noise_levels, float, "numbers")
         if min(self.steps_list) < 1:
             raise ValueError(f"--num-steps {self.num_steps}: use integers >= 1")
         if min(self.noise_list) < 0 or len(set(self.noise_list)) < len(self.noise_list):
@@ -132,6 +128,15 @@ class WorldEvalArgs:
             raise ValueError(f"--sde-noise {self.sde_noise}: use a noise level in [0, 1] (0: deterministic "
                              "sampling), or leave it out for the env's 0.7")
         return {"noise_level": level}
+
+
+def _numbers(flag: str, text: str, kind, what: str) -> list:
+    """``text``'s comma-separated values as ``kind``; a ``ValueError`` naming ``flag`` otherwise."""
+    try:
+        return [kind(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: use comma-separated {what}, e.g. "
+                         f"{'8,4' if kind is int else '0,1,2'}") from None
 
 
 def _worlds(args: WorldEvalArgs) -> tuple:

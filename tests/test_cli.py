@@ -374,6 +374,8 @@ def test_world_eval_takes_its_own_flags(capsys, keep_threads):
     for flags, message in ((["--clone-clips", "4"], "--clone-clips is PushT's"),
                            (["--noise-levels", "0,-1"], "--noise-levels 0,-1: use distinct values >= 0"),
                            (["--noise-levels", "1,1"], "--noise-levels 1,1: use distinct values >= 0"),
+                           (["--num-steps", "4,x"], "--num-steps '4,x': use comma-separated integers, e.g. 8,4\n"),
+                           (["--noise-levels", "0,x"], "--noise-levels '0,x': use comma-separated numbers, e.g. 0,1,2\n"),
                            (["--guidance", "0.5"], "--guidance 0.5: use 0 (the env's default) or a finite scale >= 1"),
                            (["--guidance", "nan"], "--guidance nan: use 0 (the env's default) or a finite scale"),
                            (["--sde-noise", "1.5"], "--sde-noise 1.5: use a noise level in [0, 1]"),

@@ -170,12 +170,12 @@ class Preset:
         self.check_keywords(overrides)
         return dataclasses.replace(self, **_normalised(overrides))
 
-    def check_keywords(self, keywords, env_arguments: Sequence[str] = ()) -> None:
+    def check_keywords(self, keywords, env_arguments: Sequence[str] = (), notes: dict[str, str] | None = None) -> None:
         """``TypeError`` for names among ``keywords`` that are neither preset fields nor
         ``env_arguments`` (the env's own keywords, listed beside the fields): see :func:`check_keywords`."""
         names = sorted({f.name for f in dataclasses.fields(self)} - {"id"})
         check_keywords(self.id, keywords, {"preset fields are": names,
-                                           "besides those, the env takes": list(env_arguments)})
+                                           "besides those, the env takes": list(env_arguments)}, notes)
 
     def sigma_grid_for(self, scheduler=None, use_native_flow_schedule: bool = False) -> SigmaGrid:
         """The episode grid this preset asks for (``serving`` needs the checkpoint's scheduler)."""
@@ -189,18 +189,22 @@ class Preset:
 def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]], notes: dict[str, str] | None = None) -> None:
     """``TypeError`` for names among ``keywords`` in none of ``allowed``'s groups (``{"label": names}``,
     listed in the message in order): Python's wording for an unexpected keyword (TorchRL's ``GymEnv``
-    retries without a keyword on exactly that), a "did you mean" where one name is close (or, for a
-    keyword in ``notes``, such as another library's, why the env has none), and every keyword allowed."""
+    retries without a keyword on exactly that), a "did you mean" where one name is close, why the env
+    has none for a keyword in ``notes`` (another library's, a vector env's; also when it is the close
+    name), and every keyword allowed."""
     names = [name for group in allowed.values() for name in group]
     unknown = sorted(set(keywords) - set(names))
     if not unknown:
         return
     more = f" (and {_short(unknown[1:])})" if len(unknown) > 1 else ""
-    close = difflib.get_close_matches(unknown[0][:100], names, n=1)
+    notes = notes or {}
+    close = difflib.get_close_matches(unknown[0][:100], names + [n for n in notes if n not in names], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    if notes and unknown[0] in notes:
+    if close and close[0] in notes and close[0] not in names:  # a near miss of a keyword this env refuses
+        hint += f" ({notes[close[0]]})"
+    if unknown[0] in notes:
         hint = f" ({notes[unknown[0]]})"
-    hint += "".join(f"; {name!r}: {notes[name]}" for name in unknown[1:] if notes and name in notes)
+    hint += "".join(f"; {name!r}: {notes[name]}" for name in unknown[1:] if name in notes)
     listing = "".join(f"; {label} {list(group)}" for label, group in allowed.items() if group)
     raise TypeError(f"unknown keyword(s) for env {_short(env_id)}: got an unexpected keyword argument "
                     f"{_short(unknown[0])}{more}{hint}{listing}")
@@ -223,6 +227,16 @@ def _normalised(fields: dict) -> dict:
 def preset_files():
     folder = resources.files("cosmos3_gym.env") / "envs"  # the repository's envs/, installed as package data
     return sorted((p for p in folder.iterdir() if p.name.endswith(".toml")), key=lambda p: p.name)
+
+
+def as_preset(preset) -> Preset:
+    """``preset`` itself, or the preset of env id / file stem ``preset`` (see :func:`load_preset`)."""
+    if isinstance(preset, Preset):
+        return preset
+    if isinstance(preset, str):
+        return load_preset(preset)
+    raise TypeError(f"preset={_short(preset)} is a {type(preset).__name__}; give an env id such as "
+                    f"'Cosmos3Rollout-v0' or a Preset (cosmos3_gym.env.presets.load_preset)")
 
 
 def load_preset(name: str) -> Preset:

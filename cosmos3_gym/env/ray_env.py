@@ -18,7 +18,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..model.interrupts import installing
 from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds
-from .presets import Preset, load_preset
+from .presets import Preset, as_preset
 from .spaces import action_hint, checked_action, checked_options
 
 
@@ -143,7 +143,7 @@ class Cosmos3RayVectorEnv(VectorEnv):
         if "array_type" in kwargs or "render_mode" in kwargs:
             raise ValueError("Cosmos3RayVectorEnv returns numpy arrays and does not render; drop array_type / "
                              "render_mode")
-        self.preset = (load_preset(preset) if isinstance(preset, str) else preset).override(
+        self.preset = as_preset(preset).override(
             **{k: v for k, v in kwargs.items() if k in Preset.__dataclass_fields__})
         env_kwargs = {k: v for k, v in kwargs.items() if k not in Preset.__dataclass_fields__}
         self.num_envs, self.num_workers, self.group_size = num_envs, num_workers, group_size

@@ -10,10 +10,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ..model.interrupts import installing
-from .presets import Preset
+from .presets import Preset, as_preset
 from .rendering import can_render
-from .single_view import SingleEnvView
-from .vector_env import Cosmos3RolloutVectorEnv
+from .single_view import VECTOR_ONLY, SingleEnvView, vector_only_notes
+from .vector_env import ENV_ARGUMENTS, Cosmos3RolloutVectorEnv
 
 
 class Cosmos3RolloutEnv(SingleEnvView):
@@ -33,7 +33,7 @@ class Cosmos3RolloutEnv(SingleEnvView):
     ``action_mode="control"`` (default): ``Box(float32, (2,))`` = ``(guidance_scale,
     noise_level)`` within the preset's ``guidance_bounds`` and ``noise_level_bounds``; the
     SDE noise is drawn from the episode's generator. ``env.unwrapped.default_action`` holds
-    the preset's values.
+    the preset's values (in noise mode: a zero noise, the step's mean).
 
     ``action_mode="noise"``: ``Box(-inf, inf, latent shape, float32)`` = the standard-normal
     noise of this step, for noise-space policies (with a sound or action stream, a ``Dict`` of
@@ -131,6 +131,9 @@ class Cosmos3RolloutEnv(SingleEnvView):
     def __init__(self, preset: str | Preset = "Cosmos3Rollout-v0", render_mode: str | None = None, **kwargs):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        preset = as_preset(preset)
+        preset.check_keywords(kwargs, [name for name in ENV_ARGUMENTS if name not in VECTOR_ONLY],
+                              vector_only_notes(preset.id))
         super().__init__(Cosmos3RolloutVectorEnv(1, preset, autoreset_mode=AutoresetMode.DISABLED,
                                                  render_mode=render_mode, array_type="numpy", **kwargs), render_mode)
         self.preset, self.engine = self.vector.preset, self.vector.engine

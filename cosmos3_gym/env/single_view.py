@@ -35,26 +35,37 @@ def unbatched(obs):
     return {key: value[0] for key, value in obs.items()} if isinstance(obs, dict) else obs[0]
 
 
-def _constructor_keywords(vector_cls, fixed: set[str]) -> list[str]:
-    return [name for name, parameter in inspect.signature(vector_cls.__init__).parameters.items()
+def constructor_keywords(cls, fixed: set[str]) -> list[str]:
+    """The keywords ``cls(...)`` takes, but ``fixed`` (and no ``**kwargs``)."""
+    return [name for name, parameter in inspect.signature(cls.__init__).parameters.items()
             if name not in fixed and parameter.kind is not inspect.Parameter.VAR_KEYWORD]
+
+
+# A vector env's keywords that a single env (one env, no autoreset, numpy arrays) sets itself.
+VECTOR_ONLY = ("num_envs", "group_size", "autoreset_mode", "array_type")
+
+
+def vector_only_notes(env_id: str) -> dict[str, str]:
+    """Why a single env refuses each of :data:`VECTOR_ONLY`, and where a batch of envs comes from."""
+    make_vec = f'gym.make_vec("{env_id}", num_envs=N, vectorization_mode="vector_entry_point")'
+    return {name: f"a vector env's keyword; gym.make builds one env: for N envs in one batch use {make_vec}"
+            for name in VECTOR_ONLY}
 
 
 def check_view_keywords(env_id: str, vector_cls, keywords: dict) -> None:
     """A single env's keywords, checked against what its vector env's constructor takes (all but
-    ``num_envs`` and ``autoreset_mode``, which the view sets) before anything is built: a typo gets
+    :data:`VECTOR_ONLY`, which the view sets) before anything is built: a typo gets
     :func:`~cosmos3_gym.env.presets.check_keywords`' "did you mean" instead of Python's bare
-    message from deep inside the constructor."""
-    check_keywords(env_id, keywords, {"the env takes": _constructor_keywords(vector_cls, {"self", "num_envs",
-                                                                                           "autoreset_mode"})},
-                   getattr(vector_cls, "keyword_notes", None))
+    message from deep inside the constructor, and ``num_envs`` where ``gym.make_vec`` goes."""
+    check_keywords(env_id, keywords, {"the env takes": constructor_keywords(vector_cls, {"self", *VECTOR_ONLY})},
+                   {**vector_only_notes(env_id), **getattr(vector_cls, "keyword_notes", {})})
 
 
 def checked_vector_env(vector_cls, keywords: dict):
     """``vector_cls(**keywords)`` for ``gym.make_vec(..., vectorization_mode="vector_entry_point")``, its
     keywords checked first as :func:`check_view_keywords` checks a single env's (a typo gets a "did
     you mean", not Python's bare ``TypeError``)."""
-    check_keywords(vector_cls.env_id, keywords, {"the vector env takes": _constructor_keywords(vector_cls, {"self"})},
+    check_keywords(vector_cls.env_id, keywords, {"the vector env takes": constructor_keywords(vector_cls, {"self"})},
                    getattr(vector_cls, "keyword_notes", None))
     return vector_cls(**keywords)
 

@@ -66,6 +66,17 @@ def action_space(preset: Preset, stream_shapes: dict) -> spaces.Space:
     return spaces.Box(low, high, dtype=np.float32)
 
 
+def default_action(preset: Preset, single_action_space: spaces.Space):
+    """One env's action that samples as the preset says: its ``(guidance_scale, noise_level)`` in
+    control mode; in noise mode a zero noise (the step's mean), so that
+    ``env.step(env.unwrapped.default_action)`` runs in either mode."""
+    if preset.action_mode == "noise":
+        if isinstance(single_action_space, spaces.Dict):
+            return {key: np.zeros(box.shape, box.dtype) for key, box in single_action_space.spaces.items()}
+        return np.zeros(single_action_space.shape, single_action_space.dtype)
+    return np.array([preset.guidance_scale, preset.noise_level], dtype=np.float32)
+
+
 CONTROL_HINT = ("(guidance_scale, noise_level); clip it or widen the preset's guidance_bounds / "
                 "noise_level_bounds")
 NOISE_HINT = "(the step's noise: one standard normal draw per latent element)"

@@ -19,11 +19,11 @@ from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds, rng_continu
 from ..rollout.streams import LOG_PROB_INFO, OBS_KEYS
 from .autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from .infos import object_column
-from .presets import Preset, load_preset
+from .presets import Preset, as_preset
 from .rendering import can_render
 from .rewards import REWARDS, checked_reward, checked_reward_fn
-from .spaces import (action_hint, action_space, build_engine, checked_action, checked_options, finite_float32,
-                     observation_space)
+from .spaces import (action_hint, action_space, build_engine, checked_action, checked_options, default_action,
+                     finite_float32, observation_space)
 
 OPTION_KEYS = ("prompt", "negative_prompt", "reset_mask", "image", "video", "actions", "domain")
 # The dimensions of one env's value of each reset input (which inputs a task takes: model/tasks.py).
@@ -120,7 +120,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
     def __init__(self, num_envs: int = 1, preset: str | Preset = "Cosmos3Rollout-v0", *, group_size: int = 1,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
                  device=None, dtype=None, reward_fn=None, model=None, array_type: str = "numpy", **overrides):
-        preset = load_preset(preset) if isinstance(preset, str) else preset
+        preset = as_preset(preset)
         preset.check_keywords(overrides, ENV_ARGUMENTS)
         self.preset = preset.override(**overrides)
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
@@ -143,7 +143,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
         self.single_action_space = action_space(self.preset, self.engine.stream_shapes)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self.default_action = np.array([self.preset.guidance_scale, self.preset.noise_level], dtype=np.float32)
+        self.default_action = default_action(self.preset, self.single_action_space)
         self._rng = np.random.default_rng()
 
     @property
@@ -268,7 +268,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
         actions = [None] * self.num_envs
         if "actions" in inputs:
             given = options.get("actions")
-            actions = self._draw_actions(rng, raw_dims) if given is None else self._per_env_arrays("actions", given)
+            actions = self._draw_actions(rng, raw_dims) if given is None else self._per_env_arrays("actions", given, raw_dims)
             for i, (item, raw_dim) in enumerate(zip(actions, raw_dims)):
                 if tuple(item.shape) != (p.num_frames - 1, raw_dim):
                     raise ValueError(f"options['actions'] for env {i} has shape {tuple(item.shape)}; expected "
@@ -311,12 +311,17 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
             drawn += [actions] * self.group_size
         return drawn
 
-    def _per_env_arrays(self, name: str, value) -> list[np.ndarray]:
-        """Expand one conditioning array, or one per env / per group, to one per env; check each."""
+    def _per_env_arrays(self, name: str, value, raw_dims: list[int] | None = None) -> list[np.ndarray]:
+        """Expand one conditioning array, or one per env / per group, to one per env; check each
+        (``raw_dims``: each env's embodiment action size, for the actions' message)."""
         p, ndim = self.preset, CONDITION_NDIM[name]
         array = np.asarray(value)
         groups = self.num_envs // self.group_size
         layout = {"image": "uint8 [H, W, 3]", "video": "uint8 [F, H, W, 3]", "actions": "float32 [chunk, raw_dim]"}
+        raw_dim = raw_dims[0] if raw_dims and len(set(raw_dims)) == 1 else "raw_dim"
+        one = {"image": f"uint8 array of shape ({p.height}, {p.width}, 3)",
+               "video": f"uint8 array of shape (frames, {p.height}, {p.width}, 3)",
+               "actions": f"float32 array of shape ({p.num_frames - 1}, {raw_dim})"}[name]
         if array.ndim == ndim:
             items = [array] * self.num_envs
         elif array.ndim == ndim + 1 and len(array) == groups:
@@ -324,8 +329,9 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
         elif array.ndim == ndim + 1 and len(array) == self.num_envs:
             items = list(array)
         else:
-            raise ValueError(f"options[{name!r}] has shape {array.shape}; expected one {layout[name]} for all "
-                             f"envs, or {self.num_envs} (one per env) or {groups} (one per group) of them")
+            stacks = f"{self.num_envs} (one per env)" + (f" or {groups} (one per group)" if self.group_size > 1 else "")
+            raise ValueError(f"options[{name!r}] has shape {array.shape}; expected one {one}"
+                             + ("" if self.num_envs == 1 else f" for every env, or a stack of {stacks}"))
         if name == "actions":
             if array.dtype.kind != "f":
                 raise ValueError(f"options['actions'] must hold finite floats ({layout[name]}); got "
@@ -404,8 +410,8 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
     def _prepare_transition(self, actions: torch.Tensor, stepping: list[int]):
         index = torch.tensor(stepping, device=self.device)
         if self.preset.action_mode == "noise":
-            guidance = torch.full((len(stepping),), float(self.default_action[0]))
-            noise_level = torch.full((len(stepping),), float(self.default_action[1]))
+            guidance = torch.full((len(stepping),), float(self.preset.guidance_scale))
+            noise_level = torch.full((len(stepping),), float(self.preset.noise_level))
             by_key = actions if isinstance(actions, dict) else {"latent": actions}
             noise = {name: by_key[OBS_KEYS[name]][index] for name in self.engine.streams}
         else:

@@ -182,10 +182,20 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
     streams, e.g. ``("action",)`` for a policy rewarded on its actions alone: the log-density of
     the others' elements carries no signal about the reward, only variance.
     """
+    if not isinstance(model, Cosmos3Model):
+        raise TypeError(f"model is a {type(model).__name__}; give the Cosmos3Model the rollout sampled with "
+                        "(env.unwrapped.model)")
     single = isinstance(trajectories, Trajectory)
+    if isinstance(trajectories, dict):
+        raise TypeError("trajectories is a dict (an info?); give info['trajectory'] (a single env's, at the "
+                        "episode's end), or a list of them, e.g. a vector env's infos['trajectory']")
     batch = [trajectories] if single else list(trajectories)
     if not batch:
         raise ValueError("replay_log_probs got no trajectories")
+    for i, item in enumerate(batch):
+        if not isinstance(item, Trajectory):
+            raise TypeError(f"trajectories[{i}] is a {type(item).__name__}, not a Trajectory; give the episode's "
+                            "info['trajectory'] (a vector env's infos['trajectory'] holds one per env)")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction={reduction!r} is not supported; choose 'mean' or 'sum'")
     n = batch[0].num_steps

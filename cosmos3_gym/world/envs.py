@@ -22,12 +22,12 @@ from gymnasium.vector.utils import batch_space
 from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
 from ..model.interrupts import deferred_interrupts
 from ..model.tasks import Task
-from ..env.presets import load_preset
+from ..env.presets import check_keywords, load_preset
 from ..env.rendering import can_render
 from ..env.spaces import build_engine, checked_action, checked_options
 from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from ..env.infos import object_column
-from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env
+from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env, constructor_keywords
 from ..rollout.procedural_world import (SUCCESS_RADIUS, PushTask, checked_goal, checked_success_margin, draw, push,
                                        sample_task, task_reward)
 
@@ -87,8 +87,15 @@ class ProceduralWorldEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
 
+    env_id = "ProceduralWorld-v0"  # the id its errors name
+
     def __init__(self, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE, goal: str | None = None,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, **unknown):
+        own = constructor_keywords(ProceduralWorldEnv, {"self"})
+        imagined = {name: "a keyword of Cosmos3World-v0 (the imagined world's model and sampler); ProceduralWorld-v0 "
+                          "is its ground truth, with no model" for name in
+                    constructor_keywords(Cosmos3WorldVectorEnv, {"self", "num_envs", "autoreset_mode"})}
+        check_keywords(self.env_id, unknown, {"the env takes": own}, imagined)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)

@@ -312,6 +312,40 @@ def test_a_misspelled_keyword_gets_a_suggestion_and_the_env_arguments(keyword, s
     assert "did you mean" not in str(err.value)  # nothing close: no guess
 
 
+@pytest.mark.parametrize("keyword", ["num_envs", "num_env", "group_size", "autoreset_mode", "array_type"])
+def test_a_vector_envs_keyword_to_gym_make_says_where_it_goes(keyword, monkeypatch):
+    """gym.make builds one env: a vector env's keyword (or a near miss of one) is refused before a model
+    loads, saying how to build a batch, instead of Python's "multiple values for argument 'num_envs'"."""
+    from cosmos3_gym.model import model as model_module
+
+    monkeypatch.setattr(model_module.Cosmos3Model, "embedded", lambda *a, **k: pytest.fail("a model loaded"))
+    guess = r"; did you mean 'num_envs'\?" if keyword == "num_env" else ""
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument '{keyword}'{guess} \(a vector env's keyword; "
+                                        r"gym.make builds one env: for N envs in one batch use gym.make_vec\("
+                                        r"\"Cosmos3Rollout-v0\", num_envs=N, vectorization_mode=\"vector_entry_point\"\)\)"
+                                        r"; preset fields are .*; besides those, the env takes \['preset', 'render_mode', "
+                                        r"'device', 'dtype', 'reward_fn', 'model'\]"):
+        gym.make("Cosmos3Rollout-v0", **{keyword: 2})
+
+
+def test_a_preset_of_the_wrong_type_is_named():
+    from cosmos3_gym.env.vector_env import Cosmos3RolloutVectorEnv
+
+    for make in (lambda: gym.make("Cosmos3Rollout-v0", preset=3), lambda: Cosmos3RolloutVectorEnv(2, preset=3)):
+        with pytest.raises(TypeError, match=r"preset=3 is a int; give an env id such as 'Cosmos3Rollout-v0' or a Preset"):
+            make()
+
+
+def test_the_ground_truth_names_the_imagined_worlds_keywords_it_lacks():
+    with pytest.raises(TypeError, match=r"for env 'ProceduralWorld-v0': got an unexpected keyword argument 'num_steps' "
+                                        r"\(a keyword of Cosmos3World-v0 \(the imagined world's model and sampler\); "
+                                        r"ProceduralWorld-v0 is its ground truth, with no model\); the env takes "
+                                        r"\['chunk', 'horizon', 'size', 'goal', 'render_mode'\]"):
+        gym.make("ProceduralWorld-v0", num_steps=4)
+    with pytest.raises(TypeError, match=r"'goals'; did you mean 'goal'\?; the env takes"):
+        gym.make("ProceduralWorld-v0", goals="top left")
+
+
 @pytest.mark.parametrize("env_id", ["Cosmos3Rollout-v0", "Cosmos3World-v0", "Cosmos3PushT-v0"])
 def test_a_misspelled_keyword_to_make_vec_gets_a_suggestion_before_anything_is_built(env_id, monkeypatch):
     """``gym.make_vec(..., vectorization_mode="vector_entry_point")`` checks its keywords as ``gym.make``

@@ -105,7 +105,7 @@ def test_log_prob_is_the_float64_density_of_the_noisy_elements(make, mode):
     rng = np.random.default_rng(0)
     streams = [key for key in obs if key.endswith("latent")]
     sigmas = env.unwrapped.engine.episode(0).sigmas.double().numpy()
-    level = env.unwrapped.default_action[1]
+    level = env.unwrapped.preset.noise_level
     for k in range(3):
         noise = {key: rng.standard_normal(obs[key].shape).astype(np.float32) for key in streams}
         action = noise if len(streams) > 1 else noise["latent"]
@@ -205,6 +205,10 @@ def test_fork_and_state_hold_the_action_stream(tiny_model):
                                                            r"'policy'"),
     ("forward_dynamics", {"actions": np.zeros((8, 3), np.float32)}, r"options\['actions'\] .* shape \(8, 3\); "
                                                                      r"expected \(8, 2\)"),
+    ("forward_dynamics", {"actions": np.zeros((8,), np.float32)}, r"options\['actions'\] has shape \(8,\); expected "
+                                                                  r"one float32 array of shape \(8, 2\)$"),
+    ("forward_dynamics", {"image": np.zeros((32, 32), np.uint8)}, r"options\['image'\] has shape \(32, 32\); expected "
+                                                                  r"one uint8 array of shape \(32, 32, 3\)$"),
     ("forward_dynamics", {"actions": np.full((8, 2), np.nan, np.float32)}, r"options\['actions'\] .*NaN"),
     ("forward_dynamics", {"actions": np.zeros((8, 2), np.int64)}, r"options\['actions'\] .*dtype int64"),
     ("forward_dynamics", {"domain": "hand_pose"}, r"options\['domain'\]='hand_pose' has 57-dimensional actions; "
@@ -225,6 +229,20 @@ def test_malformed_inputs_are_named_and_change_nothing(make, mode, options, matc
     before = state["engine"]["episodes"][0]
     assert after.step == before.step == 1 and torch.equal(after.latents["video"], before.latents["video"])
     env.step(env.unwrapped.default_action)  # still usable
+
+
+def test_a_vector_envs_actions_are_one_for_all_or_a_stack_per_env_or_per_group(tiny_model):
+    venv = gym.make_vec(MODES["forward_dynamics"], num_envs=4, vectorization_mode="vector_entry_point", group_size=2,
+                        num_steps=2, reward="none", model=tiny_model)
+    with pytest.raises(ValueError, match=r"options\['actions'\] has shape \(3, 8, 2\); expected one float32 array of "
+                                         r"shape \(8, 2\) for every env, or a stack of 4 \(one per env\) or 2 \(one per "
+                                         r"group\)$"):
+        venv.reset(seed=0, options={"actions": np.zeros((3, 8, 2), np.float32)})
+    per_group = np.stack([np.full((8, 2), 0.5, np.float32), np.full((8, 2), -0.5, np.float32)])
+    venv.reset(seed=0, options={"actions": per_group})
+    for _ in range(2):
+        *_, infos = venv.step(np.tile(venv.default_action, (4, 1)))
+    np.testing.assert_array_equal(np.stack(infos["actions"]), per_group.repeat(2, axis=0))
 
 
 @pytest.mark.parametrize("mode", ["image", "video", "policy", "inverse_dynamics"])

@@ -124,7 +124,7 @@ def test_default_conditioning_is_a_world_scene_with_its_caption(make_env):
 @pytest.mark.parametrize("env_id,options,match", [
     (MODES["image"], {"image": np.zeros((32, 32, 3), dtype=np.float32)}, r"options\['image'\] has dtype float32"),
     (MODES["image"], {"image": np.zeros((16, 32, 3), dtype=np.uint8)}, r"frames of shape \(16, 32, 3\)"),
-    (MODES["image"], {"image": np.zeros((2, 32, 32, 3), dtype=np.uint8)}, r"expected one uint8 \[H, W, 3\]"),
+    (MODES["image"], {"image": np.zeros((2, 32, 32, 3), dtype=np.uint8)}, r"has shape \(2, 32, 32, 3\); expected one uint8 array of shape \(32, 32, 3\)$"),
     (MODES["image"], {"image": 5}, r"options\['image'\] has shape \(\)"),
     (MODES["video"], {"video": np.zeros((4, 32, 32, 3), dtype=np.uint8)}, r"options\['video'\] has 4 frames"),
     (MODES["video"], {"video": np.zeros((9, 32, 32, 3), dtype=np.uint8)}, r"has 9 frames.*fewer than num_frames"),

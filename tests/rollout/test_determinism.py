@@ -1,6 +1,7 @@
 """Same seed and actions reproduce a trajectory exactly; state snapshots restore it."""
 
 import numpy as np
+import pytest
 import torch
 
 from conftest import run_episode
@@ -35,6 +36,26 @@ def test_noise_actions_replace_the_generator(make_env):
     trajectory = infos_a[-1]["trajectory"]
     assert torch.equal(trajectory.latents, infos_b[-1]["trajectory"].latents)
     np.testing.assert_array_equal(trajectory.noises.numpy(), np.stack(noises))
+
+
+def test_noise_modes_default_action_is_a_zero_noise_the_steps_mean(make_env):
+    """``env.step(env.unwrapped.default_action)`` runs in noise mode as in control mode: the default is a zero
+    noise, which lands on the step's mean, halfway between the steps of noise +e and -e (x' = mean + std e), at
+    the preset's guidance and noise level."""
+    env = make_env(num_steps=3, action_mode="noise")
+    preset, default = env.unwrapped.preset, env.unwrapped.default_action
+    assert env.action_space.contains(default) and not default.any()
+    env.reset(seed=2)
+    state = env.unwrapped.get_state()
+    e = np.random.default_rng(0).standard_normal(env.action_space.shape).astype(np.float32)
+    after = {}
+    for name, noise in (("zero", default), ("plus", e), ("minus", -e)):
+        env.unwrapped.set_state(state)
+        obs, _, _, _, info = env.step(noise)
+        after[name] = obs["latent"].astype(np.float64)
+        assert (info["guidance_scale"], info["noise_level"]) == pytest.approx((preset.guidance_scale, preset.noise_level))
+    assert np.abs(after["plus"] - after["minus"]).max() > 1e-2  # the noise moves the step
+    np.testing.assert_allclose(after["zero"], (after["plus"] + after["minus"]) / 2, atol=1e-5)
 
 
 def test_get_state_set_state_restores_the_episode(make_env):

@@ -69,3 +69,17 @@ def test_mixed_trajectories_are_refused(episode):
         *_, info = other.step(other.unwrapped.default_action)
     with pytest.raises(ValueError, match="differ in steps"):
         replay_log_probs(model, [trajectories[0], info["trajectory"]])
+
+
+def test_a_model_or_trajectory_of_another_type_is_named(episode):
+    """The two easy mistakes: the env for its model, an info (or a list of infos) for its trajectory."""
+    model, trajectories = episode
+    env = gym.make("Cosmos3Rollout-v0", num_steps=STEPS, reward="none", model=model)
+    with pytest.raises(TypeError, match=r"model is a OrderEnforcing; give the Cosmos3Model the rollout sampled with "
+                                        r"\(env.unwrapped.model\)"):
+        replay_log_probs(env, trajectories)
+    with pytest.raises(TypeError, match=r"trajectories is a dict \(an info\?\); give info\['trajectory'\]"):
+        replay_log_probs(model, {"trajectory": trajectories[0]})
+    with pytest.raises(TypeError, match=r"trajectories\[1\] is a dict, not a Trajectory; give the episode's "
+                                        r"info\['trajectory'\]"):
+        replay_log_probs(model, [trajectories[0], {"trajectory": trajectories[1]}])

@@ -378,7 +378,9 @@ def test_a_mistyped_keyword_names_the_one_meant_before_anything_loads(env_id, ty
     with pytest.raises(TypeError, match=rf"unexpected keyword argument '{typo}'; did you mean '{meant}'\?; "
                                         rf"the env takes \[.*'{meant}'.*'model'"):
         gym.make(env_id, **{typo: 1})
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'num_envs'; the env takes"):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'num_envs' \(a vector env's keyword; gym.make "
+                                        rf"builds one env: for N envs in one batch use gym.make_vec\(\"{env_id}\", "
+                                        r"num_envs=N, vectorization_mode=\"vector_entry_point\"\)\); the env takes"):
         gym.make(env_id, num_envs=2)
 
 
