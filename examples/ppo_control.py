@@ -5,12 +5,13 @@ guidance scale and SDE noise level of every denoising step; the reward is the pr
 prompt adherence of the final video. stable-baselines3 runs on ``Cosmos3SB3VecEnv``: all
 envs share one batched forward per step.
 
-    python examples/ppo_control.py            # out/ppo_reward.png; prompt adherence 0.823 -> 0.959
-    python examples/ppo_control.py --quick    # 4096 steps, a quarter: 0.797 -> 0.936 (seed 0)
+    python examples/ppo_control.py            # out/ppo_reward.png; prompt adherence 0.823 -> 0.937
+    python examples/ppo_control.py --quick    # 4096 steps, a quarter: 0.797 -> 0.918 (seed 0)
 
 Times on a 2-core x86_64 CPU (torch's CPU build, one thread), on the shipped weights, the other
-core busy: the full run 5.8 min, ``--quick`` (a quarter of the steps) 100 s (11.3 min once, on
-earlier weights, on a machine crowded by other runs, load average 10-15).
+core busy: the full run 5.8-7.7 min, ``--quick`` (a quarter of the steps) 100 s (3.3 min with both
+cores busy). The numbers repeat on one install; another install's library versions (SB3, numpy)
+can end elsewhere (0.959 and 0.936 on an earlier one: benchmarks/ppo_control_cpu.txt).
 """
 
 from __future__ import annotations
