@@ -82,8 +82,8 @@ class WorldEvalArgs:
         self.noise_list = _numbers("--noise-levels", self.noise_levels, float, "numbers")
         if min(self.steps_list) < 1:
             raise ValueError(f"--num-steps {self.num_steps}: use integers >= 1")
-        if min(self.noise_list) < 0 or len(set(self.noise_list)) < len(self.noise_list):
-            raise ValueError(f"--noise-levels {self.noise_levels}: use distinct values >= 0")
+        if not all(0 <= level < math.inf for level in self.noise_list) or len(set(self.noise_list)) < len(self.noise_list):
+            raise ValueError(f"--noise-levels {self.noise_levels}: use distinct finite values >= 0")
         self.sampler = {**guidance_override(self), **self._sde_noise_override()}  # refused before anything loads
         checked_success_margin(self.success_margin, name="--success-margin")
         if self.goal and self.goal not in GOALS:

@@ -372,8 +372,10 @@ def test_world_eval_takes_its_own_flags(capsys, keep_threads):
         cli.main(["world-eval", "--episodes", "1"])
     assert exit_.value.code == 2 and "--episodes 1 is too small; use 2 or more" in capsys.readouterr().err
     for flags, message in ((["--clone-clips", "4"], "--clone-clips is PushT's"),
-                           (["--noise-levels", "0,-1"], "--noise-levels 0,-1: use distinct values >= 0"),
-                           (["--noise-levels", "1,1"], "--noise-levels 1,1: use distinct values >= 0"),
+                           (["--noise-levels", "0,-1"], "--noise-levels 0,-1: use distinct finite values >= 0"),
+                           (["--noise-levels", "1,1"], "--noise-levels 1,1: use distinct finite values >= 0"),
+                           (["--noise-levels", "nan,0"], "--noise-levels nan,0: use distinct finite values >= 0"),
+                           (["--noise-levels", "0,1e400"], "--noise-levels 0,1e400: use distinct finite values >= 0"),
                            (["--num-steps", "4,x"], "--num-steps '4,x': use comma-separated integers, e.g. 8,4\n"),
                            (["--noise-levels", "0,x"], "--noise-levels '0,x': use comma-separated numbers, e.g. 0,1,2\n"),
                            (["--guidance", "0.5"], "--guidance 0.5: use 0 (the env's default) or a finite scale >= 1"),

@@ -204,7 +204,11 @@ def check_keywords(env_id: str, keywords, allowed: dict[str, Sequence[str]], not
         hint += f" ({notes[close[0]]})"
     if unknown[0] in notes:
         hint = f" ({notes[unknown[0]]})"
-    hint += "".join(f"; {name!r}: {notes[name]}" for name in unknown[1:] if name in notes)
+    shown = {notes.get(unknown[0])}
+    for name in unknown[1:]:  # each further keyword's note, once
+        if name in notes and notes[name] not in shown:
+            hint += f"; {name!r}: {notes[name]}"
+            shown.add(notes[name])
     listing = "".join(f"; {label} {list(group)}" for label, group in allowed.items() if group)
     raise TypeError(f"unknown keyword(s) for env {_short(env_id)}: got an unexpected keyword argument "
                     f"{_short(unknown[0])}{more}{hint}{listing}")

@@ -132,8 +132,9 @@ class Cosmos3RolloutEnv(SingleEnvView):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         preset = as_preset(preset)
+        ray = f'Ray workers, a vector env\'s keyword: gym.make_vec("{preset.id}", num_envs=N, num_workers=W)'
         preset.check_keywords(kwargs, [name for name in ENV_ARGUMENTS if name not in VECTOR_ONLY],
-                              vector_only_notes(preset.id))
+                              {**vector_only_notes(preset.id, VECTOR_ONLY), "num_workers": ray})
         super().__init__(Cosmos3RolloutVectorEnv(1, preset, autoreset_mode=AutoresetMode.DISABLED,
                                                  render_mode=render_mode, array_type="numpy", **kwargs), render_mode)
         self.preset, self.engine = self.vector.preset, self.vector.engine

@@ -45,20 +45,22 @@ def constructor_keywords(cls, fixed: set[str]) -> list[str]:
 VECTOR_ONLY = ("num_envs", "group_size", "autoreset_mode", "array_type")
 
 
-def vector_only_notes(env_id: str) -> dict[str, str]:
-    """Why a single env refuses each of :data:`VECTOR_ONLY`, and where a batch of envs comes from."""
+def vector_only_notes(env_id: str, names) -> dict[str, str]:
+    """Why a single env refuses each of ``names`` (the keywords its vector env takes and it sets
+    itself), and where a batch of envs comes from."""
     make_vec = f'gym.make_vec("{env_id}", num_envs=N, vectorization_mode="vector_entry_point")'
     return {name: f"a vector env's keyword; gym.make builds one env: for N envs in one batch use {make_vec}"
-            for name in VECTOR_ONLY}
+            for name in names}
 
 
 def check_view_keywords(env_id: str, vector_cls, keywords: dict) -> None:
     """A single env's keywords, checked against what its vector env's constructor takes (all but
     :data:`VECTOR_ONLY`, which the view sets) before anything is built: a typo gets
     :func:`~cosmos3_gym.env.presets.check_keywords`' "did you mean" instead of Python's bare
-    message from deep inside the constructor, and ``num_envs`` where ``gym.make_vec`` goes."""
+    message from deep inside the constructor, and a vector env's keyword where ``gym.make_vec`` goes."""
+    vector_only = [name for name in constructor_keywords(vector_cls, {"self"}) if name in VECTOR_ONLY]
     check_keywords(env_id, keywords, {"the env takes": constructor_keywords(vector_cls, {"self", *VECTOR_ONLY})},
-                   {**vector_only_notes(env_id), **getattr(vector_cls, "keyword_notes", {})})
+                   {**vector_only_notes(env_id, vector_only), **getattr(vector_cls, "keyword_notes", {})})
 
 
 def checked_vector_env(vector_cls, keywords: dict):

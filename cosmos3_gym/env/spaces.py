@@ -68,8 +68,10 @@ def action_space(preset: Preset, stream_shapes: dict) -> spaces.Space:
 
 def default_action(preset: Preset, single_action_space: spaces.Space):
     """One env's action that samples as the preset says: its ``(guidance_scale, noise_level)`` in
-    control mode; in noise mode a zero noise (the step's mean), so that
-    ``env.step(env.unwrapped.default_action)`` runs in either mode."""
+    control mode; in noise mode a zero noise (the step's mean), so that a single env's
+    ``env.step(env.unwrapped.default_action)`` runs in either mode (a vector env takes one per env:
+    ``np.tile(venv.default_action, (n, 1))`` in control mode, ``np.stack([venv.default_action] * n)``
+    in noise mode)."""
     if preset.action_mode == "noise":
         if isinstance(single_action_space, spaces.Dict):
             return {key: np.zeros(box.shape, box.dtype) for key, box in single_action_space.spaces.items()}

@@ -315,7 +315,15 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
         """Expand one conditioning array, or one per env / per group, to one per env; check each
         (``raw_dims``: each env's embodiment action size, for the actions' message)."""
         p, ndim = self.preset, CONDITION_NDIM[name]
-        array = np.asarray(value)
+        try:
+            array = np.asarray(value)
+        except ValueError:  # numpy's "inhomogeneous shape": a list of arrays of different shapes
+            try:
+                shapes = [np.shape(item) for item in value][:4]
+            except ValueError:
+                shapes = "nested deeper"
+            raise ValueError(f"options[{name!r}] holds arrays of different shapes ({shapes}); give arrays of one "
+                             "shape, one per env or one per group") from None
         groups = self.num_envs // self.group_size
         layout = {"image": "uint8 [H, W, 3]", "video": "uint8 [F, H, W, 3]", "actions": "float32 [chunk, raw_dim]"}
         raw_dim = raw_dims[0] if raw_dims and len(set(raw_dims)) == 1 else "raw_dim"

@@ -183,16 +183,21 @@ def replay_log_probs(model: Cosmos3Model, trajectories: Trajectory | Sequence[Tr
     the others' elements carries no signal about the reward, only variance.
     """
     if not isinstance(model, Cosmos3Model):
-        raise TypeError(f"model is a {type(model).__name__}; give the Cosmos3Model the rollout sampled with "
-                        "(env.unwrapped.model)")
+        raise TypeError(f"model is a {type(model).__name__}; give a Cosmos3Model (the env's, env.unwrapped.model, "
+                        "or a trainer's copy)")
     single = isinstance(trajectories, Trajectory)
-    if isinstance(trajectories, dict):
-        raise TypeError("trajectories is a dict (an info?); give info['trajectory'] (a single env's, at the "
-                        "episode's end), or a list of them, e.g. a vector env's infos['trajectory']")
+    if trajectories is None or isinstance(trajectories, (dict, str, bytes)) or hasattr(trajectories, "__fspath__"):
+        raise TypeError(f"trajectories is {'None' if trajectories is None else 'a ' + type(trajectories).__name__}; "
+                        "give info['trajectory'] (an episode's last step has it), a list of them, or "
+                        "Trajectory.load(path) for a saved one")
     batch = [trajectories] if single else list(trajectories)
     if not batch:
         raise ValueError("replay_log_probs got no trajectories")
     for i, item in enumerate(batch):
+        if item is None:
+            raise TypeError(f"trajectories[{i}] is None: an env whose episode had not ended; a vector env's "
+                            "infos['trajectory'] holds trajectories where infos['_trajectory'] is True only: "
+                            "infos['trajectory'][infos['_trajectory']]")
         if not isinstance(item, Trajectory):
             raise TypeError(f"trajectories[{i}] is a {type(item).__name__}, not a Trajectory; give the episode's "
                             "info['trajectory'] (a vector env's infos['trajectory'] holds one per env)")

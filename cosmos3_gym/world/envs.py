@@ -22,7 +22,7 @@ from gymnasium.vector.utils import batch_space
 from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
 from ..model.interrupts import deferred_interrupts
 from ..model.tasks import Task
-from ..env.presets import check_keywords, load_preset
+from ..env.presets import WORLD_ENV_HINTS, check_keywords, load_preset
 from ..env.rendering import can_render
 from ..env.spaces import build_engine, checked_action, checked_options
 from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
@@ -92,10 +92,13 @@ class ProceduralWorldEnv(gym.Env):
     def __init__(self, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE, goal: str | None = None,
                  render_mode: str | None = None, **unknown):
         own = constructor_keywords(ProceduralWorldEnv, {"self"})
-        imagined = {name: "a keyword of Cosmos3World-v0 (the imagined world's model and sampler); ProceduralWorld-v0 "
-                          "is its ground truth, with no model" for name in
-                    constructor_keywords(Cosmos3WorldVectorEnv, {"self", "num_envs", "autoreset_mode"})}
-        check_keywords(self.env_id, unknown, {"the env takes": own}, imagined)
+        notes = {name: "a keyword of Cosmos3World-v0 (the imagined world: its model, sampler and success rule); "
+                       "ProceduralWorld-v0 is its ground truth, with no model" for name in
+                 constructor_keywords(Cosmos3WorldVectorEnv, {"self"}) if name not in own}
+        batch = (f'a vector env\'s keyword; gym.make builds one env: for N envs use gym.make_vec("{self.env_id}", '
+                 f'num_envs=N), or {WORLD_ENV_HINTS["ProceduralWorld-v0"]}')
+        notes.update(num_envs=batch, autoreset_mode=batch)
+        check_keywords(self.env_id, unknown, {"the env takes": own}, notes)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)

@@ -318,7 +318,8 @@ def test_a_vector_envs_keyword_to_gym_make_says_where_it_goes(keyword, monkeypat
     loads, saying how to build a batch, instead of Python's "multiple values for argument 'num_envs'"."""
     from cosmos3_gym.model import model as model_module
 
-    monkeypatch.setattr(model_module.Cosmos3Model, "embedded", lambda *a, **k: pytest.fail("a model loaded"))
+    for loader in ("embedded", "from_pretrained"):  # the env loads its preset's model through from_pretrained
+        monkeypatch.setattr(model_module.Cosmos3Model, loader, lambda *a, **k: pytest.fail("a model loaded"))
     guess = r"; did you mean 'num_envs'\?" if keyword == "num_env" else ""
     with pytest.raises(TypeError, match=rf"unexpected keyword argument '{keyword}'{guess} \(a vector env's keyword; "
                                         r"gym.make builds one env: for N envs in one batch use gym.make_vec\("
@@ -338,12 +339,29 @@ def test_a_preset_of_the_wrong_type_is_named():
 
 def test_the_ground_truth_names_the_imagined_worlds_keywords_it_lacks():
     with pytest.raises(TypeError, match=r"for env 'ProceduralWorld-v0': got an unexpected keyword argument 'num_steps' "
-                                        r"\(a keyword of Cosmos3World-v0 \(the imagined world's model and sampler\); "
+                                        r"\(a keyword of Cosmos3World-v0 \(the imagined world: its model, sampler and success rule\); "
                                         r"ProceduralWorld-v0 is its ground truth, with no model\); the env takes "
                                         r"\['chunk', 'horizon', 'size', 'goal', 'render_mode'\]"):
         gym.make("ProceduralWorld-v0", num_steps=4)
     with pytest.raises(TypeError, match=r"'goals'; did you mean 'goal'\?; the env takes"):
         gym.make("ProceduralWorld-v0", goals="top left")
+    with pytest.raises(TypeError, match=r"'num_env'; did you mean 'num_envs'\? \(a vector env's keyword; gym.make builds "
+                                        r"one env: for N envs use gym.make_vec\(\"ProceduralWorld-v0\", num_envs=N\), or "
+                                        r"SB3's make_vec_env"):
+        gym.make("ProceduralWorld-v0", num_env=2)
+
+
+def test_a_world_envs_keyword_note_names_only_what_its_vector_env_takes():
+    """Cosmos3World-v0's vector env takes num_envs but not group_size: only the first is sent to make_vec;
+    the rollout env's num_workers (Ray) is."""
+    with pytest.raises(TypeError, match=r"'num_envs' \(a vector env's keyword"):
+        gym.make("Cosmos3World-v0", num_envs=2)
+    with pytest.raises(TypeError) as err:
+        gym.make("Cosmos3World-v0", group_size=2)
+    assert "make_vec" not in str(err.value)
+    with pytest.raises(TypeError, match=r"'num_workers' \(Ray workers, a vector env's keyword: gym.make_vec\("
+                                        r"\"Cosmos3Rollout-v0\", num_envs=N, num_workers=W\)\)"):
+        gym.make("Cosmos3Rollout-v0", num_workers=2)
 
 
 @pytest.mark.parametrize("env_id", ["Cosmos3Rollout-v0", "Cosmos3World-v0", "Cosmos3PushT-v0"])

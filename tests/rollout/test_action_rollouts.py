@@ -238,6 +238,9 @@ def test_a_vector_envs_actions_are_one_for_all_or_a_stack_per_env_or_per_group(t
                                          r"shape \(8, 2\) for every env, or a stack of 4 \(one per env\) or 2 \(one per "
                                          r"group\)$"):
         venv.reset(seed=0, options={"actions": np.zeros((3, 8, 2), np.float32)})
+    with pytest.raises(ValueError, match=r"options\['actions'\] holds arrays of different shapes \(\[\(8, 2\), \(7, 2\)\]\); "
+                                         r"give arrays of one shape, one per env or one per group"):
+        venv.reset(seed=0, options={"actions": [np.zeros((8, 2), np.float32), np.zeros((7, 2), np.float32)]})
     per_group = np.stack([np.full((8, 2), 0.5, np.float32), np.full((8, 2), -0.5, np.float32)])
     venv.reset(seed=0, options={"actions": per_group})
     for _ in range(2):

@@ -72,14 +72,20 @@ def test_mixed_trajectories_are_refused(episode):
 
 
 def test_a_model_or_trajectory_of_another_type_is_named(episode):
-    """The two easy mistakes: the env for its model, an info (or a list of infos) for its trajectory."""
+    """The easy mistakes: the env for its model; an info, None (a step before the last), a path, or a vector
+    env's infos['trajectory'] before every env has ended, for trajectories."""
     model, trajectories = episode
     env = gym.make("Cosmos3Rollout-v0", num_steps=STEPS, reward="none", model=model)
-    with pytest.raises(TypeError, match=r"model is a OrderEnforcing; give the Cosmos3Model the rollout sampled with "
-                                        r"\(env.unwrapped.model\)"):
+    with pytest.raises(TypeError, match=r"model is a OrderEnforcing; give a Cosmos3Model \(the env's, "
+                                        r"env.unwrapped.model, or a trainer's copy\)"):
         replay_log_probs(env, trajectories)
-    with pytest.raises(TypeError, match=r"trajectories is a dict \(an info\?\); give info\['trajectory'\]"):
-        replay_log_probs(model, {"trajectory": trajectories[0]})
+    for wrong, name in (({"trajectory": trajectories[0]}, "a dict"), (None, "None"), ("out/run.pt", "a str")):
+        with pytest.raises(TypeError, match=rf"trajectories is {name}; give info\['trajectory'\] \(an episode's last "
+                                            r"step has it\), a list of them, or Trajectory.load\(path\)"):
+            replay_log_probs(model, wrong)
     with pytest.raises(TypeError, match=r"trajectories\[1\] is a dict, not a Trajectory; give the episode's "
                                         r"info\['trajectory'\]"):
         replay_log_probs(model, [trajectories[0], {"trajectory": trajectories[1]}])
+    with pytest.raises(TypeError, match=r"trajectories\[0\] is None: an env whose episode had not ended; .*"
+                                        r"infos\['trajectory'\]\[infos\['_trajectory'\]\]"):
+        replay_log_probs(model, np.array([None, trajectories[1]], dtype=object))
