@@ -39,9 +39,16 @@ class CalibrationArgs:
         try:
             self.margin_list = [float(m) for m in self.margins.split(",")]
         except ValueError:
-            raise ValueError(f"--margins {self.margins!r}: give pixel margins separated by commas, e.g. 0,2.5") from None
+            raise ValueError(f"--margins {self.margins!r}: give pixel margins separated by commas, "
+                             "e.g. 0,2.5") from None
         for margin in self.margin_list:  # refused here, before the model loads
             checked_success_margin(margin, name="--margins")
+
+
+def rate(summary: dict) -> str:
+    """A harness summary's success rate with its bootstrap interval."""
+    low, high = summary["success_ci"]
+    return f"{summary['success']:.3f} [{low:.2f}, {high:.2f}]"
 
 
 def main(argv=None) -> None:
@@ -65,16 +72,15 @@ def main(argv=None) -> None:
         true = np.array(row["true"]["successes"], float)
         imagined = np.array(row["imagined"]["successes"], float)
         low, high = bootstrap_ci(imagined - true, seed=args.seed)
-        rows.append(f"| {margin:g} | {true.mean():.3f} [{row['true']['success_ci'][0]:.2f}, "
-                    f"{row['true']['success_ci'][1]:.2f}] | {imagined.mean():.3f} [{row['imagined']['success_ci'][0]:.2f}, "
-                    f"{row['imagined']['success_ci'][1]:.2f}] | {imagined.mean() - true.mean():+.3f} [{low:+.2f}, {high:+.2f}] "
+        rows.append(f"| {margin:g} | {rate(row['true'])} | {rate(row['imagined'])} "
+                    f"| {imagined.mean() - true.mean():+.3f} [{low:+.2f}, {high:+.2f}] "
                     f"| {int(true.sum())} / {int(imagined.sum())} / {int((true * imagined).sum())} "
                     f"| {row['exploits']} / {row['imagined_successes']} |")
         print(rows[-1], flush=True)
+    checkpoint = f" --checkpoint {args.checkpoint}" if args.checkpoint else ""
     print(f"\n# python benchmarks/random_calibration.py --episodes {args.episodes} --margins {args.margins} "
-          f"--num-steps {args.num_steps} --seed {args.seed}" + (f" --checkpoint {args.checkpoint}" if args.checkpoint else "")
-          + f" --device {args.device} --threads {args.threads}; {platform.machine()}, torch {torch.__version__}; "
-          f"{time.perf_counter() - started:.0f} s\n")
+          f"--num-steps {args.num_steps} --seed {args.seed}{checkpoint} --device {args.device} --threads {args.threads}; "
+          f"{platform.machine()}, torch {torch.__version__}; {time.perf_counter() - started:.0f} s\n")
     print("| margin (px) | true success [95 % CI] | imagined success [95 % CI] | imagined - true, paired [95 % CI] "
           "| successes: true / imagined / both | exploits / imagined successes |")
     print("|---|---|---|---|---|---|")

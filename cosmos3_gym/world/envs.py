@@ -91,6 +91,19 @@ class ProceduralWorldEnv(gym.Env):
 
     def __init__(self, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE, goal: str | None = None,
                  render_mode: str | None = None, **unknown):
+        if unknown:
+            self._refuse(unknown)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
+        self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
+        self.size = _checked_int("size", size, 16)
+        self.goal, self.render_mode = checked_goal(goal), render_mode
+        self.observation_space, self.action_space = world_spaces(self.chunk, self.size)
+        self.task: PushTask | None = None
+
+    def _refuse(self, unknown: dict):
+        """The ``TypeError`` for keywords this env does not take, saying where the imagined world's and a
+        vector env's go."""
         own = constructor_keywords(ProceduralWorldEnv, {"self"})
         notes = {name: "a keyword of Cosmos3World-v0 (the imagined world: its model, sampler and success rule); "
                        "ProceduralWorld-v0 is its ground truth, with no model" for name in
@@ -99,13 +112,6 @@ class ProceduralWorldEnv(gym.Env):
                  f'num_envs=N), or {WORLD_ENV_HINTS["ProceduralWorld-v0"]}')
         notes.update(num_envs=batch, autoreset_mode=batch)
         check_keywords(self.env_id, unknown, {"the env takes": own}, notes)
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
-        self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
-        self.size = _checked_int("size", size, 16)
-        self.goal, self.render_mode = checked_goal(goal), render_mode
-        self.observation_space, self.action_space = world_spaces(self.chunk, self.size)
-        self.task: PushTask | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         checked_options(options, (), RESET_HINT)
