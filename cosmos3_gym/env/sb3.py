@@ -15,6 +15,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
 import cosmos3_gym
+from .presets import load_preset
 from .ray_env import make_vector_env
 from ..rollout.streams import LOG_PROB_INFO
 from .vector_env import Cosmos3RolloutVectorEnv
@@ -89,6 +90,12 @@ class Cosmos3SB3VecEnv(VecEnv):
             venv = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
                                 autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
             return cls(venv, rescale_actions)
+        if isinstance(env_id, str) and env_id not in cosmos3_gym.ENV_IDS:
+            try:
+                load_preset(env_id)  # a preset's file stem is an id too
+            except ValueError as error:
+                raise ValueError(f"{error}; Cosmos3SB3VecEnv.make also takes the imagined worlds "
+                                 f"{imagined_world_ids()}") from None
         if num_workers is None:
             kwargs["array_type"] = "numpy"
         venv = make_vector_env(num_envs, env_id, num_workers=num_workers, autoreset_mode=AutoresetMode.SAME_STEP,

@@ -179,6 +179,10 @@ def _shape_error(name: str, shape: tuple, space_shape: tuple, batch_shape: tuple
         stack = (f"; that is one env's action: add the env axis, e.g. action[None]" if n == 1 else
                  f"; that is one env's action, and these {n} envs take one each, stacked: e.g. "
                  f"np.stack([action] * {n})")
+    elif not batch_shape and len(space_shape) == 2 and shape == space_shape[1:]:
+        stack = (f"; that is one row of a chunk, and a step takes {space_shape[0]}: under a Gymnasium vector env "
+                 f"(SyncVectorEnv, SB3's make_vec_env) give (num_envs, {space_shape[0]}, {space_shape[1]}), one "
+                 f"chunk per env")
     return ValueError(f"{name} has shape {shape}; expected {batch_shape + space_shape} {meaning}{stack}")
 
 

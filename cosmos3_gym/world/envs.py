@@ -11,6 +11,7 @@ trained in one is evaluated in the other as it is.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +28,7 @@ from ..env.rendering import can_render
 from ..env.spaces import build_engine, checked_action, checked_options
 from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from ..env.infos import object_column
+from ..model.checkpoint import read_json
 from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env, constructor_keywords
 from ..rollout.procedural_world import (SUCCESS_RADIUS, PushTask, checked_goal, checked_success_margin, draw, push,
                                        sample_task, task_reward)
@@ -47,6 +49,34 @@ def _checked_int(name: str, value, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ValueError(f"{name}={value!r} is invalid; use an integer >= {low}")
     return int(value)
+
+
+# The world each trainer's checkpoints imagine (a checkpoint's training.json names its trainer).
+TRAINED_FOR = {"cosmos3_gym.train.world_model": "Cosmos3World-v0", "cosmos3_gym.train_pusht": "Cosmos3PushT-v0"}
+
+
+def check_checkpoint_world(checkpoint, env_id: str) -> None:
+    """A ``ValueError`` where ``checkpoint``'s ``training.json`` says it was trained for another world
+    than ``env_id``'s (a checkpoint without a record, or from elsewhere, is taken as it is)."""
+    record = Path(checkpoint) / "training.json" if isinstance(checkpoint, str) and checkpoint else None
+    if record is None or not record.is_file():
+        return
+    command = read_json(record, "the checkpoint's training record").get("command")
+    words = command.split()[:3] if isinstance(command, str) else []
+    world = TRAINED_FOR.get(words[2]) if words[:2] == ["python", "-m"] and len(words) == 3 else None
+    if world is not None and world != env_id:
+        raise ValueError(f"checkpoint={checkpoint!r} was trained for {world} ({record}: python -m {words[2]}), not "
+                         f"for {env_id}; use gym.make({world!r}, checkpoint=...), or a checkpoint trained for "
+                         f"{env_id}")
+
+
+def checked_chunk(chunk) -> int:
+    """``chunk`` (actions per step of an imagined world, and of its twin), or a ``ValueError`` naming it."""
+    chunk = _checked_int("chunk", chunk)
+    if chunk % 4:
+        raise ValueError(f"chunk={chunk} is invalid; Cosmos 3 generates 1 + 4m frames, so use a multiple of 4 "
+                         "(the twin takes the same chunk as the imagined world)")
+    return chunk
 
 
 class ProceduralWorldEnv(gym.Env):
@@ -110,7 +140,7 @@ class ProceduralWorldEnv(gym.Env):
                  constructor_keywords(Cosmos3WorldVectorEnv, {"self"}) if name not in own}
         batch = (f'a vector env\'s keyword; gym.make builds one env: for N envs use gym.make_vec("{self.env_id}", '
                  f'num_envs=N), or {WORLD_ENV_HINTS["ProceduralWorld-v0"]}')
-        notes.update(num_envs=batch, autoreset_mode=batch)
+        notes.update(num_envs=batch, autoreset_mode=batch, **Cosmos3WorldVectorEnv.keyword_notes)
         check_keywords(self.env_id, unknown, {"the env takes": own}, notes)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -195,6 +225,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8, "autoreset_mode": AutoresetMode.NEXT_STEP}
     env_id = "Cosmos3World-v0"  # the id its errors name
+    keyword_notes = {"obs_type": "the observation is always the RGB frame, uint8 (size, size, 3)"}  # gym-pusht's
     reset_hint = RESET_HINT  # where an episode's start comes from, for reset's error messages
 
     def __init__(self, num_envs: int = 1, *, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE,
@@ -205,13 +236,14 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
                  success_margin: float = 0.0):
         self.num_envs = _checked_int("num_envs", num_envs)
         self.disagreement = _checked_int("disagreement", disagreement, 0)
-        self.chunk, self.horizon = _checked_int("chunk", chunk), _checked_int("horizon", horizon)
+        self.chunk, self.horizon = checked_chunk(chunk), _checked_int("horizon", horizon)
         self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
         self._success_margin = checked_success_margin(success_margin, self.size)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
         self.autoreset_mode, self.render_mode = checked_autoreset_mode(autoreset_mode), render_mode
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
+        check_checkpoint_world(checkpoint, self.env_id)
         # the forward-dynamics preset under this env's id, so that a bad keyword's error names the env made
         forward_dynamics = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id=self.env_id)
         self.preset = forward_dynamics.override(

@@ -1,8 +1,7 @@
 """How far can the dream be trusted? An imagined world scored against its ground-truth twin.
 
 Given an imagined world ``W`` (``Cosmos3World-v0``) and a twin ``R`` with the same spaces whose
-``reset(seed=s)`` starts the same episode (``ProceduralWorld-v0``), three measurements
-(DESIGN.md, section 11.1):
+``reset(seed=s)`` starts the same episode (``ProceduralWorld-v0``), three measurements:
 
 * **action sensitivity** (:func:`action_sensitivity`): one open-loop action sequence per episode
   runs in ``R``; ``W`` starts from the same seed and is fed (a) the same actions, (b) another
@@ -579,7 +578,7 @@ def markdown_report(record: dict) -> str:
         lines.append(f"- exploit rate: **{rate}** ({ex['exploits']} of {ex['imagined_successes']} imagined "
                      "successes fail when their actions are replayed in the true world)"
                      + ("" if gap.get("exploits") is None and gap.get("held") is None else
-                        f"; imagined vs true at the imagined success, median: {_fmt(gap.get('exploits'))} for the "
+                        f"; imagined vs true at the imagined success, median (px): {_fmt(gap.get('exploits'))} for the "
                         f"exploits, {_fmt(gap.get('held'))} for the successes that hold")
                      + ("" if auc is None else f"; the episode's largest `info['disagreement']` tells exploits "
                         f"from real successes with AUROC **{auc:.2f}** (0.5: no better than chance)"))

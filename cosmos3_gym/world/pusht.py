@@ -3,7 +3,7 @@
 ``Cosmos3PushT-v0`` (:class:`Cosmos3PushTVectorEnv`, and :class:`Cosmos3PushTEnv`, its one-env view)
 is PushT imagined by Cosmos 3 in forward-dynamics mode; ``PushT-Twin-v0`` (:class:`PushTTwinEnv`) is
 its ground truth, gym-pusht itself, stepped a chunk at a time. Both have the same spaces and the
-same first frames, so a policy trained in one runs in the other as it is (DESIGN.md, section 11.2):
+same first frames, so a policy trained in one runs in the other as it is:
 
 * observation: gym-pusht's ``pixels`` observation, uint8 ``[96, 96, 3]``
   (``gym.make("gym_pusht/PushT-v0", obs_type="pixels").observation_space``);
@@ -63,7 +63,7 @@ from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector
 from ..env.spaces import checked_action, checked_options
 from ..model.checkpoint import read_json
 from ..rollout.seeding import SEED_RANGE, checked_seed
-from .envs import Cosmos3WorldVectorEnv, _checked_int
+from .envs import Cosmos3WorldVectorEnv, _checked_int, checked_chunk
 from .pusht_coverage import SIZE, agent_position, chunk_coverages, make_pusht, pusht_reward
 
 CHUNK = 8  # gym-pusht actions per step (Cosmos 3 generates 1 + 4m frames: chunk is a multiple of 4)
@@ -135,14 +135,6 @@ def default_horizon(chunk: int) -> int:
     return math.ceil(MAX_EPISODE_STEPS / chunk)
 
 
-def _checked_chunk(chunk) -> int:
-    chunk = _checked_int("chunk", chunk)
-    if chunk % 4:
-        raise ValueError(f"chunk={chunk} is invalid; Cosmos 3 generates 1 + 4m frames, so use a multiple of 4 "
-                         "(the twin takes the same chunk as the imagined world)")
-    return chunk
-
-
 def _play_out(coverages: np.ndarray, threshold: float) -> tuple[int, float, bool]:
     """``(frames played, summed reward, success)`` of a chunk's coverages: the chunk ends at the first
     frame over ``threshold``, as gym-pusht's episode does."""
@@ -198,7 +190,7 @@ class PushTTwinEnv(gym.Env):
     def __init__(self, chunk: int = CHUNK, horizon: int | None = None, render_mode: str | None = None, **pusht_kwargs):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r} is not supported; use None or 'rgb_array'")
-        self.chunk = _checked_chunk(chunk)
+        self.chunk = checked_chunk(chunk)
         self.horizon = default_horizon(self.chunk) if horizon is None else _checked_int("horizon", horizon)
         self.render_mode = render_mode
         self.pusht = make_pusht(**pusht_kwargs)
@@ -210,7 +202,8 @@ class PushTTwinEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         checked_options(options, (), RESET_HINT)
-        super().reset(seed=None if seed is None else checked_seed(seed))
+        seed = None if seed is None else checked_seed(seed)  # a Python int: gym-pusht takes no numpy integer
+        super().reset(seed=seed)
         if seed is None:  # gym-pusht keeps its own generator; draw its seed from ours
             seed = int(self.np_random.integers(SEED_RANGE[1]))
         self.frame, info = self.pusht.reset(seed=seed)
@@ -293,7 +286,7 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
                  noise_level: float = 0.7, domain: str = "pusht",
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
                  checkpoint: str = "", device=None, dtype=None, model=None, action_frame: str | None = None):
-        chunk = _checked_chunk(chunk)
+        chunk = checked_chunk(chunk)
         horizon = default_horizon(chunk) if horizon is None else _checked_int("horizon", horizon)
         if not isinstance(prompt, str) or not prompt:
             raise ValueError(f"prompt={prompt!r} is invalid; use a non-empty string")

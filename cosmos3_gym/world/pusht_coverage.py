@@ -412,13 +412,13 @@ def make_pusht(**kwargs):
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     from gym_pusht.envs import PushTEnv
 
-    allowed = [name for name in inspect.signature(PushTEnv.__init__).parameters
-               if name not in ("self", "obs_type", "render_mode")]
+    fixed = ("self", "obs_type", "render_mode", "observation_width", "observation_height")
+    allowed = [name for name in inspect.signature(PushTEnv.__init__).parameters if name not in fixed]
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:
         raise TypeError(f"unknown keyword(s) {unknown}: PushT-Twin-v0 takes chunk, horizon and render_mode, and "
                         f"passes the rest to gym-pusht's PushTEnv, which takes {allowed} (the observation is "
-                        "always obs_type='pixels')")
+                        "always obs_type='pixels' at 96x96, the space Cosmos3PushT-v0 imagines)")
     return PushTEnv(obs_type="pixels", render_mode="rgb_array", **kwargs)
 
 

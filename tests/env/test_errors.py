@@ -408,3 +408,22 @@ def test_world_env_shape_errors_say_what_a_command_is(tiny_model):
         venv.step(np.zeros((8, 2), np.float32))
     venv.step(np.zeros((1, 8, 2), np.float32))
     venv.close()
+
+
+def test_the_worlds_name_chunk_obs_type_and_a_vector_envs_batch():
+    """A chunk the model cannot imagine is named as chunk (not the preset's num_frames); gym-pusht's obs_type is
+    explained, not matched to dtype; a chunk's row (what a Gymnasium vector env hands each env when given one
+    chunk for all) says how the batch goes."""
+    with pytest.raises(ValueError, match=r"chunk=6 is invalid; Cosmos 3 generates 1 \+ 4m frames, so use a multiple of 4"):
+        gym.make("Cosmos3World-v0", chunk=6)
+    for env_id in ("ProceduralWorld-v0", "Cosmos3World-v0"):
+        with pytest.raises(TypeError, match=r"'obs_type' \(the observation is always the RGB frame, uint8 \(size, size, "
+                                            r"3\)\); the env takes"):
+            gym.make(env_id, obs_type="pixels")
+    venv = gym.make_vec("ProceduralWorld-v0", num_envs=3)
+    venv.reset(seed=0)
+    with pytest.raises(ValueError, match=r"action has shape \(2,\); expected \(8, 2\) \(a velocity command \(dx, dy\) "
+                                         r"per frame\); that is one row of a chunk, and a step takes 8: under a Gymnasium "
+                                         r"vector env \(SyncVectorEnv, SB3's make_vec_env\) give \(num_envs, 8, 2\)"):
+        venv.step(np.zeros((8, 2), np.float32))
+    venv.step(np.zeros((3, 8, 2), np.float32))  # the batch the message asks for

@@ -89,3 +89,10 @@ def test_per_env_options_and_indices():
     env.set_options([{"prompt": "a red ball"}, {}])
     with pytest.raises(ValueError, match="given for some envs only"):
         env.reset()
+
+
+def test_make_names_the_imagined_worlds_beside_the_presets_for_an_unknown_id():
+    with pytest.raises(ValueError, match=r"unknown preset 'Cosmos3World-v1'; known env ids: \[.*'Cosmos3Rollout-v0'.*\]; "
+                                         r"Cosmos3SB3VecEnv.make also takes the imagined worlds \['Cosmos3World-v0', "
+                                         r"'Cosmos3PushT-v0'\]"):
+        Cosmos3SB3VecEnv.make("Cosmos3World-v1", num_envs=2)

@@ -221,7 +221,7 @@ def test_the_record_is_json_and_renders(copy_record, tmp_path):
     assert all(f"| {row['name']} |" in table for row in copy_record["policies"])
     assert "ratio **0.00**" in table and "exploit rate: **0%**" in table
     # no exploit, yet the gaps of the successes that hold are reported (0: the copy is exact)
-    assert "median: n/a for the exploits, 0.00 for the successes that hold" in table
+    assert "median (px): n/a for the exploits, 0.00 for the successes that hold" in table
     harness.plot_report({"copy": copy_record, "again": copy_record}, tmp_path / "eval.png")
     assert (tmp_path / "eval.png").read_bytes()[:4] == b"\x89PNG"
 

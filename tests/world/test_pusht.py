@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -346,3 +347,35 @@ def test_data_generator_clips():
     assert 0.0 <= summary["block_moved"] <= 1.0 and summary["clips"] == 16
     still = generate(4, chunk=4, mix={"still": 1.0}, near_goal=0.0, progress=False)
     assert not still.block_moved.any()
+
+
+def test_the_twin_takes_numpy_seeds_and_keeps_the_dreams_pixels():
+    """As the dream: reset(seed=np.int64(s)) is reset(seed=s) (gym-pusht itself takes Python ints only), and
+    gym-pusht's observation size stays 96x96, the space Cosmos3PushT-v0 imagines."""
+    twin = gym.make("PushT-Twin-v0")
+    frame, info = twin.reset(seed=np.int64(3))
+    again, info_again = gym.make("PushT-Twin-v0").reset(seed=3)
+    np.testing.assert_array_equal(frame, again)
+    assert info["coverage"] == info_again["coverage"]
+    for keyword in ("observation_width", "observation_height"):
+        with pytest.raises(TypeError, match=rf"unknown keyword\(s\) \['{keyword}'\]: .*always obs_type='pixels' at "
+                                            r"96x96, the space Cosmos3PushT-v0 imagines"):
+            gym.make("PushT-Twin-v0", **{keyword: 64})
+
+
+def test_a_checkpoint_trained_for_the_other_world_is_refused_before_it_loads(monkeypatch):
+    """Each checkpoint's training.json names its trainer: PushT's model in Cosmos3World-v0 (or the procedural
+    world's in Cosmos3PushT-v0) would imagine the wrong world without a word, so both are refused, saying which
+    env the checkpoint is for."""
+    from cosmos3_gym.model.model import Cosmos3Model
+    from cosmos3_gym.world.pusht import PUSHT_CHECKPOINT
+
+    monkeypatch.setattr(Cosmos3Model, "from_pretrained", lambda *a, **k: pytest.fail("a model loaded"))
+    tiny = str(Path(PUSHT_CHECKPOINT).parent / "cosmos3-tiny")
+    for env_id, checkpoint, world, trainer in (("Cosmos3World-v0", str(PUSHT_CHECKPOINT), "Cosmos3PushT-v0",
+                                                "cosmos3_gym.train_pusht"),
+                                               ("Cosmos3PushT-v0", tiny, "Cosmos3World-v0",
+                                                "cosmos3_gym.train.world_model")):
+        with pytest.raises(ValueError, match=rf"was trained for {world} \(.*training.json: python -m {trainer}\), not "
+                                             rf"for {env_id}; use gym.make\('{world}', checkpoint=...\)"):
+            gym.make(env_id, checkpoint=checkpoint)
