@@ -58,7 +58,7 @@ TRAINED_FOR = {"cosmos3_gym.train.world_model": "Cosmos3World-v0", "cosmos3_gym.
 def check_checkpoint_world(checkpoint, env_id: str) -> None:
     """A ``ValueError`` where ``checkpoint``'s ``training.json`` says it was trained for another world
     than ``env_id``'s (a checkpoint without a record, or from elsewhere, is taken as it is)."""
-    record = Path(checkpoint) / "training.json" if isinstance(checkpoint, str) and checkpoint else None
+    record = Path(checkpoint) / "training.json" if isinstance(checkpoint, (str, Path)) and checkpoint else None
     if record is None or not record.is_file():
         return
     command = read_json(record, "the checkpoint's training record").get("command")
