@@ -23,7 +23,9 @@ from .vector_env import Cosmos3RolloutVectorEnv
 # Per-env views: get_attr(name) returns this field of env i's episode for env i.
 PER_ENV_ATTRIBUTES = ("prompt", "negative_prompt", "seed", "step")
 INFO_KEYS = ("log_prob", "log_prob_sum", *LOG_PROB_INFO.values(), "sigma", "sigma_next", "timestep",
-             "guidance_scale", "noise_level", "deterministic", "weights_version")
+             "guidance_scale", "noise_level", "deterministic", "weights_version",
+             # the imagined worlds' step infos (Cosmos3PushT-v0's coverage; opt-in disagreement)
+             "success", "coverage", "coverages", "played", "disagreement", "frames")
 
 
 def imagined_world_ids() -> list[str]:
@@ -43,7 +45,9 @@ class Cosmos3SB3VecEnv(VecEnv):
     ``prompt``, ``negative_prompt``, ``seed`` and ``step``.
 
     The world model as SB3's env: ``Cosmos3SB3VecEnv.make("Cosmos3World-v0", num_envs=16, goal="top left")``
-    (or ``"Cosmos3PushT-v0"``); its episode ends carry ``is_success``. SB3's
+    (or ``"Cosmos3PushT-v0"``); every step's info carries the world's ``success`` and ``frames``
+    (PushT's also ``coverage``, ``coverages`` and ``played``; ``disagreement`` where asked for), and
+    its episode ends carry ``is_success``. SB3's
     policies see only the frame, so give the world a fixed ``goal`` (the prompt that names a
     random goal does not reach them).
     """
@@ -141,7 +145,8 @@ class Cosmos3SB3VecEnv(VecEnv):
         for layer in (infos, infos.get("final_info", {})):  # running envs, then the ended ones
             for key in INFO_KEYS:
                 for i in np.flatnonzero(layer.get(f"_{key}", ())):
-                    step_infos[i][key] = layer[key][i].item()
+                    value = layer[key][i]
+                    step_infos[i][key] = value.item() if isinstance(value, np.generic) else value
         if "final_obs" in infos:
             final, ended_infos = infos["final_obs"], infos["final_info"]  # the ended episodes' step infos
             for i in np.flatnonzero(infos["_final_obs"]):

@@ -96,3 +96,23 @@ def test_make_names_the_imagined_worlds_beside_the_presets_for_an_unknown_id():
                                          r"Cosmos3SB3VecEnv.make also takes the imagined worlds \['Cosmos3World-v0', "
                                          r"'Cosmos3PushT-v0'\]"):
         Cosmos3SB3VecEnv.make("Cosmos3World-v1", num_envs=2)
+
+
+def test_a_world_envs_step_infos_reach_sb3_as_the_vector_env_gives_them(tiny_model):
+    """Callbacks read the imagined world's per-step infos (success, frames; PushT's coverage) through the
+    adapter: the same values a plain vector env gives for the same seeds and actions."""
+    import gymnasium as gym
+
+    actions = np.tile(np.linspace(-1, 1, 8, dtype=np.float32)[:, None], (2, 1, 2))
+    plain = gym.make_vec("Cosmos3World-v0", num_envs=2, vectorization_mode="vector_entry_point", num_steps=1,
+                         model=tiny_model, autoreset_mode="SameStep")
+    plain.reset(seed=0)
+    _, _, _, _, expected = plain.step(actions)
+    env = Cosmos3SB3VecEnv.make("Cosmos3World-v0", num_envs=2, num_steps=1, model=tiny_model)
+    env.seed(0)
+    env.reset()
+    *_, infos = env.step(actions)
+    for i, info in enumerate(infos):
+        assert info["success"] is bool(expected["success"][i])
+        np.testing.assert_array_equal(info["frames"], expected["frames"][i])
+        assert info["log_prob_sum"] == expected["log_prob_sum"][i]
