@@ -325,7 +325,6 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
             raise ValueError(f"options[{name!r}] holds arrays of different shapes ({shapes}); give arrays of one "
                              "shape, one per env or one per group") from None
         groups = self.num_envs // self.group_size
-        layout = {"image": "uint8 [H, W, 3]", "video": "uint8 [F, H, W, 3]", "actions": "float32 [chunk, raw_dim]"}
         raw_dim = raw_dims[0] if raw_dims and len(set(raw_dims)) == 1 else "raw_dim"
         one = {"image": f"uint8 array of shape ({p.height}, {p.width}, 3)",
                "video": f"uint8 array of shape (frames, {p.height}, {p.width}, 3)",
@@ -342,7 +341,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
                              + ("" if self.num_envs == 1 else f" for every env, or a stack of {stacks}"))
         if name == "actions":
             if array.dtype.kind != "f":
-                raise ValueError(f"options['actions'] must hold finite floats ({layout[name]}); got "
+                raise ValueError(f"options['actions'] must hold finite floats (one {one}); got "
                                  f"dtype {array.dtype}")
             finite_float32(array, "options['actions']")  # after the cast: a float64 1e300 is inf in float32
             return [item.astype(np.float32) for item in items]

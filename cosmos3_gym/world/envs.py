@@ -55,13 +55,21 @@ def _checked_int(name: str, value, low: int = 1) -> int:
 TRAINED_FOR = {"cosmos3_gym.train.world_model": "Cosmos3World-v0", "cosmos3_gym.train_pusht": "Cosmos3PushT-v0"}
 
 
+def training_record(checkpoint) -> tuple[Path, dict] | None:
+    """``checkpoint``'s ``training.json`` (its path and contents), or None where it has none."""
+    record = Path(checkpoint) / "training.json" if isinstance(checkpoint, (str, Path)) and checkpoint else None
+    if record is None or not record.is_file():
+        return None
+    return record, read_json(record, "the checkpoint's training record")
+
+
 def check_checkpoint_world(checkpoint, env_id: str) -> None:
     """A ``ValueError`` where ``checkpoint``'s ``training.json`` says it was trained for another world
     than ``env_id``'s (a checkpoint without a record, or from elsewhere, is taken as it is)."""
-    record = Path(checkpoint) / "training.json" if isinstance(checkpoint, (str, Path)) and checkpoint else None
-    if record is None or not record.is_file():
+    found = training_record(checkpoint)
+    if found is None:
         return
-    command = read_json(record, "the checkpoint's training record").get("command")
+    record, command = found[0], found[1].get("command")
     words = command.split()[:3] if isinstance(command, str) else []
     world = TRAINED_FOR.get(words[2]) if words[:2] == ["python", "-m"] and len(words) == 3 else None
     if world is not None and world != env_id:

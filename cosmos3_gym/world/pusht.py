@@ -61,9 +61,8 @@ from ..env.infos import object_column
 from ..env.rendering import can_render
 from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env
 from ..env.spaces import checked_action, checked_options
-from ..model.checkpoint import read_json
 from ..rollout.seeding import SEED_RANGE, checked_seed
-from .envs import Cosmos3WorldVectorEnv, _checked_int, checked_chunk
+from .envs import Cosmos3WorldVectorEnv, _checked_int, checked_chunk, training_record
 from .pusht_coverage import SIZE, agent_position, chunk_coverages, make_pusht, pusht_reward
 
 CHUNK = 8  # gym-pusht actions per step (Cosmos 3 generates 1 + 4m frames: chunk is a multiple of 4)
@@ -111,10 +110,10 @@ def frame_actions(chunks: np.ndarray, frames: np.ndarray, action_frame: str) -> 
 def checkpoint_action_frame(checkpoint: str) -> str:
     """The action frame a PushT checkpoint was trained in: its ``training.json``'s ``args.action_frame``,
     ``"canvas"`` where it has none (checkpoints from before the agent frame, or from elsewhere)."""
-    record = Path(checkpoint) / "training.json" if checkpoint else None
-    if record is None or not record.is_file():
+    found = training_record(checkpoint)
+    if found is None:
         return "canvas"
-    args = read_json(record, "the checkpoint's training record").get("args", {})
+    record, args = found[0], found[1].get("args", {})
     frame = args.get("action_frame", "canvas") if isinstance(args, dict) else None
     if frame not in ACTION_FRAMES:
         raise ValueError(f"{record}: args.action_frame={frame!r} is not one of {ACTION_FRAMES}; fix the record, or "
