@@ -10,12 +10,20 @@ run against stand-in imagined worlds whose error is known:
   best (its errors do not accumulate here). The clip is encoded as it is, not padded into the 256
   canvas the world env encodes in (that costs 64 times the pixels; the content is the same).
 
+``--margins``: each stand-in is also run as a pessimistic imagined world (``Cosmos3World-v0``'s
+``success_margin``: an imagined success needs the object within the radius minus the margin; the
+true world keeps the radius), and the random policy (uniform commands) over ``--random-episodes``
+seeds in both worlds gives its calibration: imagined minus true success, paired, with a bootstrap
+interval. Together they say which error and margin could meet both of the issue's targets on this
+harness (exploit rate <= 5 %, random's imagined success within 0.05 of its true one).
+
 The error column: each chunk's end, the stand-in against the truth, over every chunk the harness runs
 (its sensitivity runs under true, shuffled and zero actions too): for a noisy twin the moved centre's
 distance from the true one (after the walls), for the VAE the detected centres' (chunks where either
 frame shows no object left out).
 
-Usage: python benchmarks/world_eval_error_bound.py [--episodes 48] [--out benchmarks/world_eval_error_bound.txt]
+Usage: python benchmarks/world_eval_error_bound.py [--episodes 48] [--sigmas 0,0.25,...] [--margins 0,2,2.5]
+           [--random-episodes 200] [--no-vae] [--out benchmarks/world_eval_error_bound.txt]
 """
 
 from __future__ import annotations
@@ -28,9 +36,9 @@ import numpy as np
 import torch
 
 import cosmos3_gym  # noqa: F401  (registers the envs)
-from cosmos3_gym.rollout.procedural_world import SIZES, locate
+from cosmos3_gym.rollout.procedural_world import SIZES, SUCCESS_RADIUS, checked_success_margin, locate
 from cosmos3_gym.world.envs import ProceduralWorldEnv
-from cosmos3_gym.world.harness import evaluate_world, key_numbers, scripted_policies
+from cosmos3_gym.world.harness import bootstrap_ci, evaluate_policies, evaluate_world, key_numbers, scripted_policies
 
 
 class NoisyTwin(ProceduralWorldEnv):
@@ -76,12 +84,28 @@ class VaeRoundTrip(ProceduralWorldEnv):
         return seen
 
 
+def random_calibration(world, truth, policy, episodes: int) -> tuple[float, float, float, float, float]:
+    """The random policy over seeds 0 .. ``episodes`` - 1 in both worlds: (true success, imagined success,
+    imagined - true, and its paired 95 % bootstrap interval)."""
+    row = evaluate_policies(world, truth, {"random": policy}, range(episodes), exploits=False,
+                            progress=False)["policies"][0]
+    true = np.array(row["true"]["successes"], float)
+    imagined = np.array(row["imagined"]["successes"], float)
+    low, high = bootstrap_ci(imagined - true, seed=0)
+    return true.mean(), imagined.mean(), imagined.mean() - true.mean(), low, high
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=48)
-    parser.add_argument("--sigmas", default="0,0.25,0.5,0.75,1,1.5,2")
+    parser.add_argument("--episodes", type=int, default=48, help="seeds per policy in the harness")
+    parser.add_argument("--sigmas", default="0,0.25,0.5,0.75,1,1.5,2", help="the noisy twins' error, px per axis")
+    parser.add_argument("--margins", default="0", help="imagined success margins, px (Cosmos3World-v0's success_margin)")
+    parser.add_argument("--random-episodes", type=int, default=0,
+                        help="seeds for the random policy's calibration (0: not measured)")
+    parser.add_argument("--no-vae", action="store_true", help="leave out the VAE round trip (minutes per margin)")
     parser.add_argument("--out", default="benchmarks/world_eval_error_bound.txt")
     args = parser.parse_args()
+    margins = [checked_success_margin(float(m), name="--margins") for m in args.margins.split(",")]
     from diffusers import AutoencoderKLWan
 
     from cosmos3_gym.model.tiny_model import TINY_CHECKPOINT
@@ -89,24 +113,36 @@ def main() -> None:
     torch.set_num_threads(1)
     truth = gym.make("ProceduralWorld-v0")
     policies = scripted_policies()
-    worlds = {f"noisy twin {s}": NoisyTwin(float(s)) for s in args.sigmas.split(",")}
-    worlds["VAE round trip"] = VaeRoundTrip(AutoencoderKLWan.from_pretrained(TINY_CHECKPOINT, subfolder="vae").eval())
-    lines = [f"# python benchmarks/world_eval_error_bound.py --episodes {args.episodes} --sigmas {args.sigmas}: "
-             f"the harness (12 scripted policies x {args.episodes} seeds) against stand-in imagined worlds; "
-             f"torch {torch.__version__}, one thread", "",
-             "| imagined world | its error per chunk (px, median / 90th pct.) | exploit rate | imagined successes "
-             "| sensitivity ratio | Spearman rho (success) | seconds |", "|---|---|---|---|---|---|---|"]
-    for name, world in worlds.items():
-        started = time.perf_counter()
-        record = evaluate_world(world, truth, policies, episodes=args.episodes, progress=False)
-        numbers = key_numbers(record)
-        errors = np.array(world.errors)
-        lines.append(f"| {name} | {np.median(errors):.2f} / {np.percentile(errors, 90):.2f} | "
-                     f"{record['exploit']['rate']:.1%} ({record['exploit']['exploits']} / "
-                     f"{record['exploit']['imagined_successes']}) | {record['exploit']['imagined_successes']} | "
-                     f"{numbers['ratio']:.2f} | {numbers['success']['spearman'] or float('nan'):.2f} | "
-                     f"{time.perf_counter() - started:.0f} |")
-        print(lines[-1], flush=True)
+    worlds = {f"noisy twin {s}": (lambda s=s: NoisyTwin(float(s))) for s in args.sigmas.split(",")}
+    if not args.no_vae:
+        vae = AutoencoderKLWan.from_pretrained(TINY_CHECKPOINT, subfolder="vae").eval()
+        worlds["VAE round trip"] = lambda: VaeRoundTrip(vae)
+    lines = [f"# python benchmarks/world_eval_error_bound.py --episodes {args.episodes} --sigmas {args.sigmas} "
+             f"--margins {args.margins} --random-episodes {args.random_episodes}{' --no-vae' * args.no_vae}: "
+             f"the harness (12 scripted policies x {args.episodes} seeds) against stand-in imagined worlds, each "
+             f"with every margin; torch {torch.__version__}, one thread", "",
+             "| imagined world | margin (px) | its error per chunk (px, median / 90th pct.) | exploit rate | "
+             "sensitivity ratio | Spearman rho (success) | random: true / imagined success | random: imagined - "
+             "true [95 % CI] | seconds |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, make in worlds.items():
+        for margin in margins:
+            started = time.perf_counter()
+            world = make()
+            world.success_radius = SUCCESS_RADIUS - margin / world.size
+            record = evaluate_world(world, truth, policies, episodes=args.episodes, progress=False)
+            numbers = key_numbers(record)
+            errors = np.array(world.errors)
+            calibration = "- | -"
+            if args.random_episodes:
+                true, imagined, difference, low, high = random_calibration(world, truth, policies["random"],
+                                                                           args.random_episodes)
+                calibration = f"{true:.3f} / {imagined:.3f} | {difference:+.3f} [{low:+.3f}, {high:+.3f}]"
+            lines.append(f"| {name} | {margin:g} | {np.median(errors):.2f} / {np.percentile(errors, 90):.2f} | "
+                         f"{record['exploit']['rate']:.1%} ({record['exploit']['exploits']} / "
+                         f"{record['exploit']['imagined_successes']}) | {numbers['ratio']:.2f} | "
+                         f"{numbers['success']['spearman'] or float('nan'):.2f} | {calibration} | "
+                         f"{time.perf_counter() - started:.0f} |")
+            print(lines[-1], flush=True)
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -126,6 +126,7 @@ class ProceduralWorldEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
 
     env_id = "ProceduralWorld-v0"  # the id its errors name
+    success_radius = SUCCESS_RADIUS  # fraction of the width; a stand-in imagined world may ask for less (a margin)
 
     def __init__(self, chunk: int = CHUNK, horizon: int = HORIZON, size: int = SIZE, goal: str | None = None,
                  render_mode: str | None = None, **unknown):
@@ -164,7 +165,7 @@ class ProceduralWorldEnv(gym.Env):
         action = checked_action(action, self.action_space, bounds_hint=COMMAND_HINT).numpy()
         centres = self._centres(action)
         frames = self._frames(centres)
-        reward, success = task_reward(self.frame, frames, self.task.goal)
+        reward, success = task_reward(self.frame, frames, self.task.goal, self.success_radius)
         t = self.t + 1
         self.position, self.frame = tuple(centres[-1]), frames[-1]
         truncated = t >= self.horizon and not success

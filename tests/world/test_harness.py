@@ -214,6 +214,25 @@ def test_a_success_imagined_late_is_compared_where_the_truth_succeeded():
     assert any(round(k) < n for k, n in pairs)
 
 
+def test_a_pessimistic_copy_of_the_truth_never_exploits_and_succeeds_no_sooner(truth):
+    """The truth with a success margin (what ``Cosmos3World-v0``'s ``success_margin`` asks of a dream,
+    and what benchmarks/world_eval_error_bound.py's stand-ins take): the same episodes, a success
+    called only nearer the goal, so never an exploit and never a success before the truth's."""
+    world = ProceduralWorldEnv()
+    world.success_radius = SUCCESS_RADIUS - 2.5 / world.size
+    record = harness.evaluate_world(world, truth, episodes=EPISODES, progress=False)
+    assert record["exploit"]["exploits"] == 0 and record["exploit"]["imagined_successes"] > 0
+    counts = np.zeros(2, int)
+    for row in record["policies"]:
+        true, imagined = row["true"], row["imagined"]
+        for won, steps, imagined_won, imagined_steps in zip(true["successes"], true["steps"],
+                                                            imagined["successes"], imagined["steps"]):
+            assert won or not imagined_won, row["name"]
+            assert not imagined_won or steps <= imagined_steps, row["name"]
+            counts += won, imagined_won
+    assert counts[1] < counts[0]  # the margin turns some true successes into imagined failures or later ones
+
+
 def test_the_record_is_json_and_renders(copy_record, tmp_path):
     text = json.dumps(copy_record, allow_nan=False)
     assert json.loads(text)["sensitivity"]["ratio"] == 0.0
