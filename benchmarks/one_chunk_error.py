@@ -2,17 +2,37 @@
 the chunk's last frame (px of the 32x32 frame), and its mean component toward the goal (a dream that
 runs ahead of slow pushes would show a positive bias) and across it. 48 tasks (seeds 2000-2047) per
 command kind: 0.15 and 0.5 of the greedy command, greedy plus Gaussian noise 1 (the harness's
-"greedy noise 1"), and zero commands; the shipped weights and the checkpoints named.
+"greedy noise 1"), and zero commands; the shipped weights and the checkpoints named, at each number
+of denoising steps given (the env's default, 8, unless ``--num-steps``).
 
-Usage: python benchmarks/one_chunk_error.py [CHECKPOINT ...]   (about 1.5 minutes on a 2-core CPU)
+Usage: python benchmarks/one_chunk_error.py [--num-steps 8,16] [CHECKPOINT ...]   (about 1.5 minutes per
+checkpoint and number of steps on a 2-core CPU)
 """
-import numpy as np, torch, sys
+import argparse
+import numpy as np, torch
 from cosmos3_gym.world import envs as E
 from cosmos3_gym.rollout import procedural_world as pw
+
+
+def step_counts(text: str) -> list[int]:
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive whole numbers of steps separated by commas, e.g. 8,16")
+    return counts
+
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--num-steps", type=step_counts, default=[8],
+                    help="denoising steps per chunk, comma-separated (default: 8)")
+parser.add_argument("checkpoints", nargs="*", help="checkpoints to score after the shipped weights")
+args = parser.parse_args()
 torch.set_num_threads(2)
 N = 16
-for ck in ["", *sys.argv[1:]]:  # the shipped weights, then the checkpoints named
-    imag = E.Cosmos3WorldVectorEnv(N, device="cpu", checkpoint=ck)
+for ck, steps in [(ck, n) for ck in ["", *args.checkpoints] for n in args.num_steps]:
+    imag = E.Cosmos3WorldVectorEnv(N, device="cpu", checkpoint=ck, num_steps=steps)
     for gain, noise in [(0.15, 0), (0.5, 0), (1.0, 1.0), (0.0, 0.0)]:
         along, across, err = [], [], []
         for rep in range(3):
@@ -31,4 +51,4 @@ for ck in ["", *sys.argv[1:]]:  # the shipped weights, then the checkpoints name
                 a = pw.locate(inf2["frames"][i][-1]); b = pw.locate(ti["frames"][-1])
                 d = (np.array(a) - np.array(b)) * 32
                 along.append(d @ u); across.append(d @ np.array([-u[1], u[0]])); err.append(np.linalg.norm(d))
-        print(ck or "ship", "gain", gain, "noise", noise, "toward-goal bias %.2f +- %.2f, across %.2f, median err %.2f" % (np.mean(along), np.std(along) / np.sqrt(len(along)), np.mean(across), np.median(err)), flush=True)
+        print(ck or "ship", f"{steps} steps", "gain", gain, "noise", noise, "toward-goal bias %.2f +- %.2f, across %.2f, median err %.2f" % (np.mean(along), np.std(along) / np.sqrt(len(along)), np.mean(across), np.median(err)), flush=True)

@@ -22,13 +22,15 @@ The error column: each chunk's end, the stand-in against the truth, over every c
 distance from the true one (after the walls), for the VAE the detected centres' (chunks where either
 frame shows no object left out).
 
-Usage: python benchmarks/world_eval_error_bound.py [--episodes 48] [--sigmas 0,0.25,...] [--margins 0,2,2.5]
-           [--random-episodes 200] [--no-vae] [--out benchmarks/world_eval_error_bound.txt]
+Usage: python benchmarks/world_eval_error_bound.py [--episodes 48] [--sigmas 0,0.25,0.5,0.75,1,1.5,2]
+           [--margins 0] [--random-episodes 0] [--no-vae] [--out out/world_eval_error_bound.txt] [--overwrite]
+(the defaults shown; the committed table: --margins 0,1,2,2.5,3 --random-episodes 200, about an hour)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import gymnasium as gym
@@ -84,6 +86,45 @@ class VaeRoundTrip(ProceduralWorldEnv):
         return seen
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The docstring as written, and each flag's default in its help."""
+
+
+def count_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= {low}")
+        return value
+    return parse
+
+
+def number_list(text: str) -> list[float]:
+    """``--sigmas``: finite numbers >= 0."""
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not np.all(np.isfinite(values)) or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers >= 0 separated by commas, e.g. 0,0.5,1")
+    return values
+
+
+def margin_list(text: str) -> list[float]:
+    """``--margins``: pixel margins, each one ``Cosmos3World-v0``'s ``success_margin`` takes."""
+    try:
+        values = [float(m) for m in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give pixel margins separated by commas, e.g. 0,2,2.5") from None
+    try:
+        return [checked_success_margin(m, name="--margins") for m in values]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def random_calibration(world, truth, policy, episodes: int) -> tuple[float, float, float, float, float]:
     """The random policy over seeds 0 .. ``episodes`` - 1 in both worlds: (true success, imagined success,
     imagined - true, and its paired 95 % bootstrap interval)."""
@@ -96,16 +137,22 @@ def random_calibration(world, truth, policy, episodes: int) -> tuple[float, floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=48, help="seeds per policy in the harness")
-    parser.add_argument("--sigmas", default="0,0.25,0.5,0.75,1,1.5,2", help="the noisy twins' error, px per axis")
-    parser.add_argument("--margins", default="0", help="imagined success margins, px (Cosmos3World-v0's success_margin)")
-    parser.add_argument("--random-episodes", type=int, default=0,
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--episodes", type=count_at_least(2), default=48,
+                        help="seeds per policy in the harness (at least 2: the shuffled actions are another episode's)")
+    parser.add_argument("--sigmas", type=number_list, default="0,0.25,0.5,0.75,1,1.5,2",
+                        help="the noisy twins' error, px per axis, comma-separated")
+    parser.add_argument("--margins", type=margin_list, default="0",
+                        help="imagined success margins, px (Cosmos3World-v0's success_margin), comma-separated")
+    parser.add_argument("--random-episodes", type=count_at_least(0), default=0,
                         help="seeds for the random policy's calibration (0: not measured)")
     parser.add_argument("--no-vae", action="store_true", help="leave out the VAE round trip (minutes per margin)")
-    parser.add_argument("--out", default="benchmarks/world_eval_error_bound.txt")
+    parser.add_argument("--out", default="out/world_eval_error_bound.txt", help="where the table goes")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = parser.parse_args()
-    margins = [checked_success_margin(float(m), name="--margins") for m in args.margins.split(",")]
+    if os.path.exists(args.out) and not args.overwrite:  # refused before minutes of work, not after
+        parser.error(f"--out {args.out} exists; pass --overwrite to replace it, or another --out")
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     from diffusers import AutoencoderKLWan
 
     from cosmos3_gym.model.tiny_model import TINY_CHECKPOINT
@@ -113,19 +160,20 @@ def main() -> None:
     torch.set_num_threads(1)
     truth = gym.make("ProceduralWorld-v0")
     policies = scripted_policies()
-    worlds = {f"noisy twin {s}": (lambda s=s: NoisyTwin(float(s))) for s in args.sigmas.split(",")}
+    worlds = {f"noisy twin {s:g}": (lambda s=s: NoisyTwin(s)) for s in args.sigmas}
     if not args.no_vae:
         vae = AutoencoderKLWan.from_pretrained(TINY_CHECKPOINT, subfolder="vae").eval()
         worlds["VAE round trip"] = lambda: VaeRoundTrip(vae)
-    lines = [f"# python benchmarks/world_eval_error_bound.py --episodes {args.episodes} --sigmas {args.sigmas} "
-             f"--margins {args.margins} --random-episodes {args.random_episodes}{' --no-vae' * args.no_vae}: "
+    listed = lambda values: ",".join(f"{v:g}" for v in values)  # noqa: E731
+    lines = [f"# python benchmarks/world_eval_error_bound.py --episodes {args.episodes} --sigmas {listed(args.sigmas)} "
+             f"--margins {listed(args.margins)} --random-episodes {args.random_episodes}{' --no-vae' * args.no_vae}: "
              f"the harness (12 scripted policies x {args.episodes} seeds) against stand-in imagined worlds, each "
              f"with every margin; torch {torch.__version__}, one thread", "",
              "| imagined world | margin (px) | its error per chunk (px, median / 90th pct.) | exploit rate | "
              "sensitivity ratio | Spearman rho (success) | random: true / imagined success | random: imagined - "
              "true [95 % CI] | seconds |", "|---|---|---|---|---|---|---|---|---|"]
     for name, make in worlds.items():
-        for margin in margins:
+        for margin in args.margins:
             started = time.perf_counter()
             world = make()
             world.success_radius = SUCCESS_RADIUS - margin / world.size

@@ -1,7 +1,7 @@
 """cosmos3-gym demo | rollout | check | bench | evaluate | world-eval: Cosmos 3 envs from the command line.
 
 Inputs, the device and output paths are checked before any model loads (exit code 2 on a bad
-one); existing outputs are kept unless --overwrite. demo, rollout, evaluate and bench --cpu run
+one); existing outputs are kept unless --overwrite. demo, rollout, evaluate, world-eval and bench --cpu run
 torch on 1 CPU thread unless --threads N or OMP_NUM_THREADS says otherwise.
 `cosmos3-gym COMMAND --help` lists a command's flags.
 """

@@ -56,7 +56,7 @@ class WorldEvalArgs:
     seed: int = 0  # reset seeds seed ..; also the shuffle, the random actions and the bootstrap
     checkpoint: str = ""  # the world model's weights (default: the embedded model; pusht: the shipped PushT model)
     disagreement: int = 0  # K >= 2: sample each imagined step K times (K times slower); AUROC of the spread
-    success_margin: float = 0.0  # pixels: imagined success needs the object this much nearer the goal than the true world's radius (4.8 px); 0: the same rule
+    success_margin: float = 0.0  # pixels, in [0, 4.8): imagined success needs the object this much nearer the goal than the true world's radius (4.8 px); 0: the same rule
     device: str = ""  # "": cuda where torch sees a GPU, else cpu
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
     overwrite: bool = False  # replace the world_eval files already in --out (kept otherwise: the run is refused)
@@ -203,7 +203,7 @@ def main(argv=None) -> dict:
         sec = record["seconds"]
         sections += ["", f"## {dream_name} {label} vs {truth_name} ({args.episodes} episodes per "
                      f"policy, seeds {args.seed}-{args.seed + args.episodes - 1}; sensitivity "
-                     f"{sec['sensitivity']:.0f} s, policies {sec['policies']:.0f} s)", "", markdown_report(record)]
+                     f"{sec['sensitivity']:.0f} s, policies {sec['policies']:.0f} s)", "", markdown_report(record, heading=False)]
     text = "\n".join(sections) + "\n"
     (out / "world_eval.md").write_text(text)
     (out / "world_eval.json").write_text(json.dumps({"args": {k: v for k, v in asdict(args).items()},

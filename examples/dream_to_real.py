@@ -47,7 +47,7 @@ class Args:
     n_steps: int = 32  # PPO rollout length per env
     num_steps: int = 4  # denoising steps of one imagined chunk
     guidance: float = 0.0  # the imagined world's classifier-free guidance scale (0: Cosmos3World-v0's default)
-    success_margin: float = 0.0  # pixels: the dream calls success only this much inside the true radius (0: the same rule)
+    success_margin: float = 0.0  # pixels, in [0, 4.8): the dream calls success only this much inside the true radius (4.8 px; 0: the same rule)
     goal: str = "top left"  # the corner of every episode (a pixel-only policy cannot read the prompt)
     eval_episodes: int = 100  # true-world episodes that score each policy
     device: str = "cuda" if torch.cuda.is_available() else "cpu"  # the world model's

@@ -489,14 +489,15 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
 
 def evaluate_world(imagined, truth, policies: Mapping[str, Any] | None = None, *, episodes: int = 12,
                    seed: int = 0, error_fn: ErrorFn = centre_error, action_sampler: ActionSampler = procedural_actions,
-                   zero_action: np.ndarray | None = None, horizon: int | None = None, label: str = "",
+                   zero_action: np.ndarray | None = None, horizon: int | None = None, label: str | None = None,
                    zero_label: str = "zero",
                    lost_fn: LostFn | None = object_lost, metrics: Mapping[str, ErrorFn] | None = None,
                    progress: bool = True) -> dict:
     """Action sensitivity, policy evaluation and exploit rate of ``imagined`` against ``truth`` over
     reset seeds ``seed .. seed + episodes - 1``: one JSON-serialisable record (``policies`` None:
-    :func:`scripted_policies` for the truth's chunk)."""
+    :func:`scripted_policies` for the truth's chunk; ``label`` None: :func:`worlds_label`)."""
     seeds = list(range(seed, seed + episodes))
+    label = worlds_label(imagined, truth) if label is None else label
     if policies is None:
         policies = scripted_policies(chunk=truth.action_space.shape[0])
     start = time.perf_counter()
@@ -513,6 +514,19 @@ def evaluate_world(imagined, truth, policies: Mapping[str, Any] | None = None, *
 
 
 # --- reports --------------------------------------------------------------------------------
+def worlds_label(imagined, truth) -> str:
+    """``"Cosmos3World-v0 (success_margin=2.5) vs ProceduralWorld-v0"``: each env's id and the plain
+    keywords it was made with (a dream's margin or sampler settings show in its report), from
+    ``gym.make``'s spec; an env made without ``gym.make`` by its class name."""
+    def describe(env) -> str:
+        spec = getattr(env, "spec", None)
+        if spec is None:
+            return type(getattr(env, "unwrapped", env)).__name__
+        plain = {k: v for k, v in spec.kwargs.items() if isinstance(v, (bool, int, float, str)) or v is None}
+        return spec.id + (f" ({', '.join(f'{k}={v!r}' for k, v in plain.items())})" if plain else "")
+    return f"{describe(imagined)} vs {describe(truth)}"
+
+
 def _finite(value) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None
@@ -536,11 +550,13 @@ def key_numbers(record: dict) -> dict:
             "disagreement_auroc": record.get("exploit", {}).get("disagreement_auroc")}
 
 
-def markdown_report(record: dict) -> str:
-    """The record as markdown: the policies' table (true and imagined success and return with 95%
-    bootstrap intervals; exploits / imagined successes; the share of imagined episodes that end with
-    the object lost) and the key numbers beneath it."""
-    lines = ["| policy | true success | imagined success | true return | imagined return | exploits | object lost |",
+def markdown_report(record: dict, heading: bool = True) -> str:
+    """The record as markdown: its label as a heading (``heading``; the CLI writes a fuller one), the
+    policies' table (true and imagined success and return with 95% bootstrap intervals; exploits /
+    imagined successes; the share of imagined episodes that end with the object lost) and the key
+    numbers beneath it."""
+    lines = [f"### {record['label']}", ""] if heading and record.get("label") else []
+    lines += ["| policy | true success | imagined success | true return | imagined return | exploits | object lost |",
              "|---|---|---|---|---|---|---|"]
     for row in record["policies"]:
         t, i = row["true"], row["imagined"]

@@ -245,6 +245,21 @@ def test_the_record_is_json_and_renders(copy_record, tmp_path):
     assert (tmp_path / "eval.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_record_is_labelled_with_how_its_worlds_were_made():
+    """Without ``label``, the record names each world's id and the plain keywords ``gym.make`` got (so a
+    pessimistic dream's report says its margin), a world made without ``gym.make`` by its class; the
+    report opens with it unless the caller writes its own heading."""
+    policies = {name: policy for name, policy in harness.scripted_policies().items() if name == "greedy"}
+    dream = gym.make("ProceduralWorld-v0", horizon=2, goal="top left")
+    record = harness.evaluate_world(dream, ProceduralWorldEnv(horizon=2, goal="top left"), policies, episodes=2,
+                                    progress=False)
+    assert record["label"] == "ProceduralWorld-v0 (horizon=2, goal='top left') vs ProceduralWorldEnv"
+    report = harness.markdown_report(record)
+    assert report.startswith(f"### {record['label']}\n\n| policy |")
+    assert harness.markdown_report(record, heading=False).startswith("| policy |")
+    assert harness.evaluate_world(dream, dream, policies, episodes=2, label="mine", progress=False)["label"] == "mine"
+
+
 def test_policies_can_be_callables_or_models_with_predict(truth):
     class Model:  # what SB3 offers: predict(obs, deterministic=True) -> (action, state)
         def predict(self, obs, deterministic=False):
