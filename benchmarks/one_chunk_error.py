@@ -24,7 +24,7 @@ def step_counts(text: str) -> list[int]:
     return counts
 
 
-parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--num-steps", type=step_counts, default=[8],
                     help="denoising steps per chunk, comma-separated (default: 8)")
 parser.add_argument("checkpoints", nargs="*", help="checkpoints to score after the shipped weights")
@@ -34,7 +34,7 @@ N = 16
 for ck, steps in [(ck, n) for ck in ["", *args.checkpoints] for n in args.num_steps]:
     imag = E.Cosmos3WorldVectorEnv(N, device="cpu", checkpoint=ck, num_steps=steps)
     for gain, noise in [(0.15, 0), (0.5, 0), (1.0, 1.0), (0.0, 0.0)]:
-        along, across, err = [], [], []
+        along, across, err, lost = [], [], [], 0
         for rep in range(3):
             seeds = 2000 + rep * N
             obs, info = imag.reset(seed=seeds)
@@ -49,6 +49,9 @@ for ck, steps in [(ck, n) for ck in ["", *args.checkpoints] for n in args.num_st
             for i in range(N):
                 (_, _, _, _, ti), u, s0 = tr[i]
                 a = pw.locate(inf2["frames"][i][-1]); b = pw.locate(ti["frames"][-1])
+                if a is None or b is None:  # a frame without the object: counted, not measured
+                    lost += 1
+                    continue
                 d = (np.array(a) - np.array(b)) * 32
                 along.append(d @ u); across.append(d @ np.array([-u[1], u[0]])); err.append(np.linalg.norm(d))
-        print(ck or "ship", f"{steps} steps", "gain", gain, "noise", noise, "toward-goal bias %.2f +- %.2f, across %.2f, median err %.2f" % (np.mean(along), np.std(along) / np.sqrt(len(along)), np.mean(across), np.median(err)), flush=True)
+        print(ck or "ship", f"{steps} steps", "gain", gain, "noise", noise, "toward-goal bias %.2f +- %.2f, across %.2f, median err %.2f" % (np.mean(along), np.std(along) / np.sqrt(len(along)), np.mean(across), np.median(err)) + (f" ({lost} of {3 * N} chunks without the object left out)" if lost else ""), flush=True)

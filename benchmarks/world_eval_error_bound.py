@@ -110,7 +110,7 @@ def number_list(text: str) -> list[float]:
         values = []
     if not values or not np.all(np.isfinite(values)) or min(values) < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give numbers >= 0 separated by commas, e.g. 0,0.5,1")
-    return values
+    return list(dict.fromkeys(values))  # each once
 
 
 def margin_list(text: str) -> list[float]:
@@ -120,7 +120,7 @@ def margin_list(text: str) -> list[float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: give pixel margins separated by commas, e.g. 0,2,2.5") from None
     try:
-        return [checked_success_margin(m, name="--margins") for m in values]
+        return list(dict.fromkeys(checked_success_margin(m, name="margin") for m in values))  # each once
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -150,9 +150,18 @@ def main() -> None:
     parser.add_argument("--out", default="out/world_eval_error_bound.txt", help="where the table goes")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = parser.parse_args()
-    if os.path.exists(args.out) and not args.overwrite:  # refused before minutes of work, not after
+    # --out is checked before minutes of work, not after
+    if not args.out or args.out.endswith(("/", os.sep)) or os.path.isdir(args.out):
+        parser.error(f"--out {args.out!r} is not a file name; give one such as out/world_eval_error_bound.txt")
+    if os.path.exists(args.out) and not args.overwrite:
         parser.error(f"--out {args.out} exists; pass --overwrite to replace it, or another --out")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    folder = os.path.dirname(args.out) or "."
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:
+        parser.error(f"--out {args.out}: cannot make its folder ({error})")
+    if not os.access(folder, os.W_OK):
+        parser.error(f"--out {args.out}: its folder is not writable")
     from diffusers import AutoencoderKLWan
 
     from cosmos3_gym.model.tiny_model import TINY_CHECKPOINT

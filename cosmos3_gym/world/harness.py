@@ -519,10 +519,12 @@ def worlds_label(imagined, truth) -> str:
     keywords it was made with (a dream's margin or sampler settings show in its report), from
     ``gym.make``'s spec; an env made without ``gym.make`` by its class name."""
     def describe(env) -> str:
-        spec = getattr(env, "spec", None)
+        inner = getattr(env, "unwrapped", env)
+        spec = getattr(inner, "spec", None)  # the unwrapped env's: a wrapper's spec property deep-copies a model keyword
         if spec is None:
-            return type(getattr(env, "unwrapped", env)).__name__
-        plain = {k: v for k, v in spec.kwargs.items() if isinstance(v, (bool, int, float, str)) or v is None}
+            return type(inner).__name__
+        plain = {k: v.item() if isinstance(v, np.generic) else v for k, v in spec.kwargs.items()
+                 if isinstance(v, (bool, int, float, str, np.generic)) or v is None}
         return spec.id + (f" ({', '.join(f'{k}={v!r}' for k, v in plain.items())})" if plain else "")
     return f"{describe(imagined)} vs {describe(truth)}"
 

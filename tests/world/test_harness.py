@@ -258,6 +258,21 @@ def test_a_record_is_labelled_with_how_its_worlds_were_made():
     assert report.startswith(f"### {record['label']}\n\n| policy |")
     assert harness.markdown_report(record, heading=False).startswith("| policy |")
     assert harness.evaluate_world(dream, dream, policies, episodes=2, label="mine", progress=False)["label"] == "mine"
+    # numpy numbers are plain numbers; an object (a model, a callable) is left out, never copied
+
+    class Model:
+        copies = 0
+
+        def __deepcopy__(self, memo):
+            Model.copies += 1
+            return Model()
+
+    model = Model()
+    dream = gym.make("ProceduralWorld-v0", horizon=np.int64(2), goal=None, render_mode=None)
+    dream.unwrapped.spec.kwargs["model"] = model  # what gym.make("Cosmos3World-v0", model=m) records
+    assert harness.worlds_label(dream, dream) == ("ProceduralWorld-v0 (horizon=2, goal=None, render_mode=None) vs "
+                                                  "ProceduralWorld-v0 (horizon=2, goal=None, render_mode=None)")
+    assert Model.copies == 0
 
 
 def test_policies_can_be_callables_or_models_with_predict(truth):
