@@ -21,7 +21,7 @@ import numpy as np
 
 import cosmos3_gym  # noqa: F401  (registers the envs)
 from cosmos3_gym.rollout.procedural_world import checked_success_margin
-from cosmos3_gym.train.args import parse_args, require_at_least
+from cosmos3_gym.train.args import comma_separated, parse_args, require_at_least
 
 
 @dataclass
@@ -36,11 +36,7 @@ class CalibrationArgs:
 
     def __post_init__(self):
         require_at_least(self, episodes=2, num_steps=1, threads=1)
-        try:
-            self.margin_list = [float(m) for m in self.margins.split(",")]
-        except ValueError:
-            raise ValueError(f"--margins {self.margins!r}: give pixel margins separated by commas, "
-                             "e.g. 0,2.5") from None
+        self.margin_list = comma_separated("--margins", self.margins, float, "pixel margins")
         for margin in self.margin_list:  # refused here, before the model loads
             checked_success_margin(margin, name="--margins")
 

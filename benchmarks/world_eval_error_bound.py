@@ -29,9 +29,10 @@ Usage: python benchmarks/world_eval_error_bound.py [--episodes 48] [--sigmas 0,0
 
 from __future__ import annotations
 
-import argparse
+import math
 import os
 import time
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -40,6 +41,7 @@ import torch
 import cosmos3_gym  # noqa: F401  (registers the envs)
 from cosmos3_gym.rollout.procedural_world import SIZES, SUCCESS_RADIUS, checked_success_margin, locate
 from cosmos3_gym.world.envs import ProceduralWorldEnv
+from cosmos3_gym.train.args import comma_separated, parse_args, require_at_least
 from cosmos3_gym.world.harness import bootstrap_ci, evaluate_policies, evaluate_world, key_numbers, scripted_policies
 
 
@@ -86,43 +88,40 @@ class VaeRoundTrip(ProceduralWorldEnv):
         return seen
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The docstring as written, and each flag's default in its help."""
+@dataclass
+class ErrorBoundArgs:
+    episodes: int = 48  # seeds per policy in the harness (at least 2: the shuffled actions are another episode's)
+    sigmas: str = "0,0.25,0.5,0.75,1,1.5,2"  # the noisy twins' error, px per axis, comma-separated
+    margins: str = "0"  # imagined success margins, px (Cosmos3World-v0's success_margin), comma-separated
+    random_episodes: int = 0  # seeds for the random policy's calibration (0: not measured)
+    vae: bool = True  # also the VAE round trip (minutes per margin)
+    out: str = "out/world_eval_error_bound.txt"  # where the table goes
+    overwrite: bool = False  # replace an existing --out
+
+    def __post_init__(self):
+        require_at_least(self, episodes=2, random_episodes=0)
+        self.sigma_list = list(dict.fromkeys(comma_separated("--sigmas", self.sigmas, float, "numbers")))  # each once
+        if not all(0 <= s < math.inf for s in self.sigma_list):
+            raise ValueError(f"--sigmas {self.sigmas}: use finite numbers >= 0")
+        self.margin_list = list(dict.fromkeys(  # each once; refused here, before minutes of work
+            checked_success_margin(m, name="--margins")
+            for m in comma_separated("--margins", self.margins, float, "pixel margins")))
 
 
-def count_at_least(low: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= {low}")
-        return value
-    return parse
-
-
-def number_list(text: str) -> list[float]:
-    """``--sigmas``: finite numbers >= 0."""
+def check_out(args: ErrorBoundArgs) -> None:
+    """``--out`` checked before minutes of work, not after: a file name, in a folder that can be written,
+    not replacing a table unless ``--overwrite``."""
+    if not args.out or args.out.endswith(("/", os.sep)) or os.path.isdir(args.out):
+        raise ValueError(f"--out {args.out!r} is not a file name; give one such as out/world_eval_error_bound.txt")
+    if os.path.exists(args.out) and not args.overwrite:
+        raise ValueError(f"--out {args.out} exists; pass --overwrite to replace it, or another --out")
+    folder = os.path.dirname(args.out) or "."
     try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or not np.all(np.isfinite(values)) or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give numbers >= 0 separated by commas, e.g. 0,0.5,1")
-    return list(dict.fromkeys(values))  # each once
-
-
-def margin_list(text: str) -> list[float]:
-    """``--margins``: pixel margins, each one ``Cosmos3World-v0``'s ``success_margin`` takes."""
-    try:
-        values = [float(m) for m in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give pixel margins separated by commas, e.g. 0,2,2.5") from None
-    try:
-        return list(dict.fromkeys(checked_success_margin(m, name="margin") for m in values))  # each once
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"--out {args.out}: cannot make its folder ({error})") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--out {args.out}: its folder is not writable")
 
 
 def random_calibration(world, truth, policy, episodes: int) -> tuple[float, float, float, float, float]:
@@ -136,32 +135,8 @@ def random_calibration(world, truth, policy, episodes: int) -> tuple[float, floa
     return true.mean(), imagined.mean(), imagined.mean() - true.mean(), low, high
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--episodes", type=count_at_least(2), default=48,
-                        help="seeds per policy in the harness (at least 2: the shuffled actions are another episode's)")
-    parser.add_argument("--sigmas", type=number_list, default="0,0.25,0.5,0.75,1,1.5,2",
-                        help="the noisy twins' error, px per axis, comma-separated")
-    parser.add_argument("--margins", type=margin_list, default="0",
-                        help="imagined success margins, px (Cosmos3World-v0's success_margin), comma-separated")
-    parser.add_argument("--random-episodes", type=count_at_least(0), default=0,
-                        help="seeds for the random policy's calibration (0: not measured)")
-    parser.add_argument("--no-vae", action="store_true", help="leave out the VAE round trip (minutes per margin)")
-    parser.add_argument("--out", default="out/world_eval_error_bound.txt", help="where the table goes")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    args = parser.parse_args()
-    # --out is checked before minutes of work, not after
-    if not args.out or args.out.endswith(("/", os.sep)) or os.path.isdir(args.out):
-        parser.error(f"--out {args.out!r} is not a file name; give one such as out/world_eval_error_bound.txt")
-    if os.path.exists(args.out) and not args.overwrite:
-        parser.error(f"--out {args.out} exists; pass --overwrite to replace it, or another --out")
-    folder = os.path.dirname(args.out) or "."
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as error:
-        parser.error(f"--out {args.out}: cannot make its folder ({error})")
-    if not os.access(folder, os.W_OK):
-        parser.error(f"--out {args.out}: its folder is not writable")
+def main(argv=None) -> None:
+    args = parse_args(ErrorBoundArgs, argv, __doc__, check=check_out)
     from diffusers import AutoencoderKLWan
 
     from cosmos3_gym.model.tiny_model import TINY_CHECKPOINT
@@ -169,20 +144,20 @@ def main() -> None:
     torch.set_num_threads(1)
     truth = gym.make("ProceduralWorld-v0")
     policies = scripted_policies()
-    worlds = {f"noisy twin {s:g}": (lambda s=s: NoisyTwin(s)) for s in args.sigmas}
-    if not args.no_vae:
+    worlds = {f"noisy twin {s:g}": (lambda s=s: NoisyTwin(s)) for s in args.sigma_list}
+    if args.vae:
         vae = AutoencoderKLWan.from_pretrained(TINY_CHECKPOINT, subfolder="vae").eval()
         worlds["VAE round trip"] = lambda: VaeRoundTrip(vae)
     listed = lambda values: ",".join(f"{v:g}" for v in values)  # noqa: E731
-    lines = [f"# python benchmarks/world_eval_error_bound.py --episodes {args.episodes} --sigmas {listed(args.sigmas)} "
-             f"--margins {listed(args.margins)} --random-episodes {args.random_episodes}{' --no-vae' * args.no_vae}: "
+    lines = [f"# python benchmarks/world_eval_error_bound.py --episodes {args.episodes} --sigmas {listed(args.sigma_list)} "
+             f"--margins {listed(args.margin_list)} --random-episodes {args.random_episodes}{' --no-vae' * (not args.vae)}: "
              f"the harness (12 scripted policies x {args.episodes} seeds) against stand-in imagined worlds, each "
              f"with every margin; torch {torch.__version__}, one thread", "",
              "| imagined world | margin (px) | its error per chunk (px, median / 90th pct.) | exploit rate | "
              "sensitivity ratio | Spearman rho (success) | random: true / imagined success | random: imagined - "
              "true [95 % CI] | seconds |", "|---|---|---|---|---|---|---|---|---|"]
     for name, make in worlds.items():
-        for margin in args.margins:
+        for margin in args.margin_list:
             started = time.perf_counter()
             world = make()
             world.success_radius = SUCCESS_RADIUS - margin / world.size

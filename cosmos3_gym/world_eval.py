@@ -32,7 +32,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from .train.args import guidance_override, parse_args, require_at_least
+from .train.args import comma_separated, guidance_override, parse_args, require_at_least
 from .world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
 from .rollout.procedural_world import GOALS, checked_success_margin
 from .world.pusht_coverage import require_gym_pusht
@@ -78,8 +78,8 @@ class WorldEvalArgs:
         self.noise_levels = self.noise_levels or ("0,20,40" if self.world == "pusht" else "0,1,2,4,8")
         if self.disagreement == 1 or self.disagreement < 0:
             raise ValueError(f"--disagreement {self.disagreement}: use 0 (off) or a number of samples >= 2")
-        self.steps_list = _numbers("--num-steps", self.num_steps, int, "integers")
-        self.noise_list = _numbers("--noise-levels", self.noise_levels, float, "numbers")
+        self.steps_list = comma_separated("--num-steps", self.num_steps, int, "integers")
+        self.noise_list = comma_separated("--noise-levels", self.noise_levels, float, "numbers")
         if min(self.steps_list) < 1:
             raise ValueError(f"--num-steps {self.num_steps}: use integers >= 1")
         if not all(0 <= level < math.inf for level in self.noise_list) or len(set(self.noise_list)) < len(self.noise_list):
@@ -128,15 +128,6 @@ class WorldEvalArgs:
             raise ValueError(f"--sde-noise {self.sde_noise}: use a noise level in [0, 1] (0: deterministic "
                              "sampling), or leave it out for the env's 0.7")
         return {"noise_level": level}
-
-
-def _numbers(flag: str, text: str, kind, what: str) -> list:
-    """``text``'s comma-separated values as ``kind``; a ``ValueError`` naming ``flag`` otherwise."""
-    try:
-        return [kind(part) for part in text.split(",")]
-    except ValueError:
-        raise ValueError(f"{flag} {text!r}: use comma-separated {what}, e.g. "
-                         f"{'8,4' if kind is int else '0,1,2'}") from None
 
 
 def _worlds(args: WorldEvalArgs) -> tuple:

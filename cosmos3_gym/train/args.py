@@ -76,6 +76,16 @@ def require_at_least(args, **minimums) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value} is too small; use {minimum} or more")
 
 
+def comma_separated(flag: str, text: str, kind, what: str) -> list:
+    """``text``'s comma-separated values as ``kind``; a ``ValueError`` naming ``flag`` otherwise (for a
+    list flag, checked in ``__post_init__``)."""
+    try:
+        return [kind(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: use comma-separated {what}, e.g. "
+                         f"{'8,4' if kind is int else '0,1,2'}") from None
+
+
 def refuse_to_replace_a_checkpoint(args) -> None:
     """A trainer's ``--out`` that already holds a checkpoint is refused before anything trains, unless
     ``--overwrite``: a run does not silently replace weights someone kept (the shipped ones included).
