@@ -3,10 +3,11 @@ the chunk's last frame (px of the 32x32 frame), and its mean component toward th
 runs ahead of slow pushes would show a positive bias) and across it. 48 tasks (seeds 2000-2047) per
 command kind: 0.15 and 0.5 of the greedy command, greedy plus Gaussian noise 1 (the harness's
 "greedy noise 1"), and zero commands; the shipped weights and the checkpoints named, at each number
-of denoising steps given (the env's default, 8, unless ``--num-steps``).
+of denoising steps given (the env's default, 8, unless ``--num-steps``), with the env's sampler
+(``--kind sde --noise-level 0.7`` unless given; ``--kind ode``: the deterministic imagination).
 
-Usage: python benchmarks/one_chunk_error.py [--num-steps 8,16] [CHECKPOINT ...]   (about 1.5 minutes per
-checkpoint and number of steps on a 2-core CPU)
+Usage: python benchmarks/one_chunk_error.py [--num-steps 8,16] [--kind ode] [CHECKPOINT ...]   (about 1.5
+minutes per checkpoint and number of steps on a 2-core CPU)
 """
 import argparse
 import numpy as np, torch
@@ -27,12 +28,15 @@ def step_counts(text: str) -> list[int]:
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--num-steps", type=step_counts, default=[8],
                     help="denoising steps per chunk, comma-separated (default: 8)")
+parser.add_argument("--kind", choices=("sde", "cps", "ode"), default="sde", help="the sampler (default: sde)")
+parser.add_argument("--noise-level", type=float, default=0.7, help="the sampler's noise level (default: 0.7)")
 parser.add_argument("checkpoints", nargs="*", help="checkpoints to score after the shipped weights")
 args = parser.parse_args()
 torch.set_num_threads(2)
 N = 16
 for ck, steps in [(ck, n) for ck in ["", *args.checkpoints] for n in args.num_steps]:
-    imag = E.Cosmos3WorldVectorEnv(N, device="cpu", checkpoint=ck, num_steps=steps)
+    imag = E.Cosmos3WorldVectorEnv(N, device="cpu", checkpoint=ck, num_steps=steps, kind=args.kind,
+                                   noise_level=args.noise_level)
     for gain, noise in [(0.15, 0), (0.5, 0), (1.0, 1.0), (0.0, 0.0)]:
         along, across, err, lost = [], [], [], 0
         for rep in range(3):
@@ -54,4 +58,4 @@ for ck, steps in [(ck, n) for ck in ["", *args.checkpoints] for n in args.num_st
                     continue
                 d = (np.array(a) - np.array(b)) * 32
                 along.append(d @ u); across.append(d @ np.array([-u[1], u[0]])); err.append(np.linalg.norm(d))
-        print(ck or "ship", f"{steps} steps", "gain", gain, "noise", noise, "toward-goal bias %.2f +- %.2f, across %.2f, median err %.2f" % (np.mean(along), np.std(along) / np.sqrt(len(along)), np.mean(across), np.median(err)) + (f" ({lost} of {3 * N} chunks without the object left out)" if lost else ""), flush=True)
+        print(ck or "ship", f"{steps} steps", args.kind if args.kind != "sde" else f"sde {args.noise_level:g}", "gain", gain, "noise", noise, "toward-goal bias %.2f +- %.2f, across %.2f, median err %.2f" % (np.mean(along), np.std(along) / np.sqrt(len(along)), np.mean(across), np.median(err)) + (f" ({lost} of {3 * N} chunks without the object left out)" if lost else ""), flush=True)
