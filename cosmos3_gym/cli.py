@@ -21,6 +21,7 @@ import numpy as np
 
 from . import preset_tables
 from .model.tasks import ROBOT_TASKS, TASKS, Task
+from .train.args import unknown_flags_error
 
 # The modes of `bench` (the keys of cosmos3_gym.bench.BENCH_MODES, which imports torch: --help does not).
 BENCH_MODES = (str(Task.T2V), str(Task.POLICY), str(Task.FORWARD_DYNAMICS), "world")
@@ -525,8 +526,7 @@ def main(argv=None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(before)}; a command's flags go after it: cosmos3-gym "
                      f"{args.command} {' '.join(before)} ...")
     if unknown:  # with the command's usage, not the top level's
-        command_parser.error(f"unrecognized arguments: {' '.join(unknown)} (`cosmos3-gym {args.command} --help` "
-                             "lists its flags)")
+        unknown_flags_error(command_parser, unknown, f"cosmos3-gym {args.command}")
     if hasattr(args, "device"):
         _check_device(command_parser, args)
     _check_outputs(command_parser, args)  # after the device check: it creates the output folders

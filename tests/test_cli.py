@@ -209,13 +209,25 @@ def test_a_flag_the_command_does_not_take_gets_the_commands_usage(command, capsy
         cli.main([command, "--bogus", "1"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith(f"usage: cosmos3-gym {command} ")
-    assert f"cosmos3-gym {command}: error: unrecognized arguments: --bogus 1 (`cosmos3-gym {command} --help`" in err
+    assert f"cosmos3-gym {command}: error: unrecognized arguments: --bogus 1; `cosmos3-gym {command} --help`" in err
     with pytest.raises(SystemExit) as exit_:  # a flag the command takes, put before it: the top level's error
         cli.main(["--overwrite", command])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith("usage: cosmos3-gym [-h] COMMAND")
     assert (f"cosmos3-gym: error: unrecognized arguments: --overwrite; a command's flags go after it: cosmos3-gym "
             f"{command} --overwrite ...") in err
+
+
+@pytest.mark.parametrize("argv, hint", [(["demo", "--num-steps", "4"], "--num-steps: did you mean --steps?"),
+                                         (["world-eval", "--steps", "2"], "--steps: did you mean --num-steps?"),
+                                         (["world-eval", "--guidance-scale=2"], "--guidance-scale: did you mean "
+                                                                                "--guidance?")])
+def test_a_flag_spelled_as_another_command_spells_it_gets_that_commands_spelling(argv, hint, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"cosmos3-gym {argv[0]}: error: unrecognized arguments: " in err
+    assert f"({hint}); `cosmos3-gym {argv[0]} --help` lists its flags" in err
 
 
 def test_every_flag_has_help_and_env_choices_are_the_presets():

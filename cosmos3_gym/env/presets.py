@@ -113,7 +113,8 @@ class Preset:
                               ("reward", REWARD_NAMES), ("conditioning", CONDITIONINGS),
                               ("view_point", VIEW_POINTS)):
             if not isinstance(getattr(self, name), str) or getattr(self, name) not in allowed:
-                fail(name, list(allowed))
+                fail(name, f"{list(allowed)}" + ("; a reward function of your own goes in reward_fn=, "
+                                                 "not reward=" if name == "reward" and callable(self.reward) else ""))
         for name in ("fps", "flow_shift"):
             if not _real(getattr(self, name)) or getattr(self, name) <= 0:
                 fail(name, "a finite number > 0")

@@ -19,6 +19,7 @@ from gymnasium.vector.utils import batch_space
 from ..model.interrupts import installing
 from ..rollout.seeding import draw_prompts, draw_seeds, reset_seeds
 from .presets import Preset, as_preset
+from .rewards import checked_reward_fn
 from .spaces import action_hint, checked_action, checked_options
 
 
@@ -131,7 +132,13 @@ class Cosmos3RayVectorEnv(VectorEnv):
     def __init__(self, num_envs: int = 2, preset: str | Preset = "Cosmos3Rollout-v0", *, num_workers: int = 2,
                  group_size: int = 1, autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
                  resources: dict | None = None, **kwargs):
-        import ray
+        try:
+            import ray
+        except ModuleNotFoundError as missing:
+            raise ModuleNotFoundError(f"num_workers={num_workers} runs the envs on Ray workers, and Ray is not "
+                                      f"installed: pip install 'ray>=2.40' (in a clone of this repository: pip "
+                                      f"install -e '.[ray]'); without num_workers the envs run in this process",
+                                      name="ray") from missing
 
         for name, value in (("num_envs", num_envs), ("num_workers", num_workers), ("group_size", group_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -140,6 +147,8 @@ class Cosmos3RayVectorEnv(VectorEnv):
         if num_envs % num_workers or per_worker % group_size:
             raise ValueError(f"num_envs={num_envs} must split into num_workers={num_workers} equal slices, each a "
                              f"multiple of group_size={group_size} (GRPO groups stay on one worker)")
+        if kwargs.get("reward_fn") is not None:  # here: the workers would take reward_fn and drop reward
+            checked_reward_fn(kwargs["reward_fn"], kwargs.get("reward"))
         if "array_type" in kwargs or "render_mode" in kwargs:
             raise ValueError("Cosmos3RayVectorEnv returns numpy arrays and does not render; drop array_type / "
                              "render_mode")

@@ -122,10 +122,13 @@ if tuple(REWARDS) != REWARD_NAMES:  # presets validate names against that light 
                       f"update REWARD_NAMES in cosmos3_gym/presets.py")
 
 
-def checked_reward_fn(reward_fn):
+def checked_reward_fn(reward_fn, reward: str | None = None):
     """``reward_fn`` if it can be called as ``reward_fn(frames, prompts)`` (checked when the env is
-    made, not at an episode's last step), else a ``ValueError`` that says what it must look like."""
+    made, not at an episode's last step) and no ``reward`` name was given beside it, else a
+    ``ValueError`` that says what it must look like."""
     contract = "pass reward(frames, prompts) -> float32 [B] (frames uint8 [B, T, H, W, 3], prompts a list of B str)"
+    if reward is not None:
+        raise ValueError(f"reward={reward!r} and reward_fn={reward_fn!r} both name the reward; pass one of them")
     if not callable(reward_fn):
         raise ValueError(f"reward_fn={reward_fn!r} is not callable; {contract}")
     try:

@@ -132,7 +132,7 @@ class Cosmos3RolloutVectorEnv(AutoresetVectorEnv):
         if array_type not in ARRAY_TYPES:
             raise ValueError(f"array_type={array_type!r} is not supported; choose one of {ARRAY_TYPES}")
         if reward_fn is not None:
-            checked_reward_fn(reward_fn)
+            checked_reward_fn(reward_fn, overrides.get("reward"))
         self.autoreset_mode = checked_autoreset_mode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         self.num_envs, self.group_size, self.render_mode, self.array_type = num_envs, group_size, render_mode, array_type

@@ -35,6 +35,20 @@ def plain_text(doc: str) -> str:
     return doc.replace("``", "`")
 
 
+def unknown_flags_error(parser: argparse.ArgumentParser, unknown: list[str], command: str) -> None:
+    """Exit with argparse's usage error for flags ``parser`` does not take, suggesting its nearest flag
+    for each (``--steps`` where the command spells it ``--num-steps``) and where the full list is."""
+    import difflib
+
+    names = [option[2:] for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    hints = []
+    for given in (item.split("=", 1)[0] for item in unknown if item.startswith("--")):
+        near = difflib.get_close_matches(given[2:], names, n=1, cutoff=0.7)
+        hints += [f"{given}: did you mean --{near[0]}?"] if near else []
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else "")
+                 + f"; `{command} --help` lists its flags")
+
+
 def parse_args(cls, argv=None, description: str | None = None, prog: str | None = None, check=None):
     """An instance of dataclass ``cls`` with each field settable as ``--field-name``; ``check(args)``, where
     given, is a command's own check of its flags (a ``ValueError`` is a usage error, as the dataclass's own).
@@ -56,7 +70,10 @@ def parse_args(cls, argv=None, description: str | None = None, prog: str | None 
             kind = f"{type(field.default).__name__}, default: {shown}"
             parser.add_argument(flag, type=type(field.default), default=field.default,
                                 help=f"{about} ({kind})" if about else f"({kind})")
-    flags = vars(parser.parse_args(argv))
+    flags, unknown = parser.parse_known_args(argv)
+    if unknown:
+        unknown_flags_error(parser, unknown, parser.prog)
+    flags = vars(flags)
     configure_threads()  # after the flags: --help loads no torch
     try:
         args = cls(**flags)

@@ -74,7 +74,8 @@ def test_unknown_option_and_bad_prompts(env):
     with pytest.raises(ValueError, match=r"options\['prompt'\]=42 is not a str"):
         env.reset(seed=1, options={"prompt": 42})
     assert_still_usable(env)
-    with pytest.raises(ValueError, match="max_prompt_tokens=1024"):
+    with pytest.raises(ValueError, match=r"max_prompt_tokens=1024: shorten it, or raise max_prompt_tokens to \d{4} "
+                                         r"or more"):
         env.reset(seed=1, options={"prompt": "a red ball " * 200})
     assert_still_usable(env)
 
@@ -232,6 +233,10 @@ def test_odd_arguments_get_errors_that_name_them():
     ({"reward_fn": lambda frames: np.zeros(len(frames))}, r"reward_fn='<lambda>' cannot be called with \(frames, "
      r"prompts\): too many positional arguments; pass reward\(frames, prompts\) -> float32 \[B\]"),
     ({"reward_fn": lambda frames, prompts, model: 0.0}, "missing a required argument: 'model'"),
+    ({"reward": lambda frames, prompts: np.zeros(len(frames))}, r"allowed: \['colorfulness', .*\]; a reward function "
+     r"of your own goes in reward_fn=, not reward="),
+    ({"reward": "brightness", "reward_fn": lambda frames, prompts: np.zeros(len(frames))},
+     r"reward='brightness' and reward_fn=<function .*> both name the reward; pass one of them"),
 ])
 def test_bad_constructor_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -285,6 +290,16 @@ def test_action_options_are_checked_for_finiteness_after_the_float32_cast(make_e
         plain = make_env(num_steps=2)
         plain.reset(seed=0)
         plain.step(np.array([1e300, 0.5]))
+
+
+def test_workers_without_ray_say_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an import of a package not installed meets
+    with pytest.raises(ModuleNotFoundError, match=r"num_workers=2 runs the envs on Ray workers, and Ray is not "
+                                                  r"installed: pip install 'ray>=2.40' \(in a clone of this "
+                                                  r"repository: pip install -e '\.\[ray\]'\)"):
+        gym.make_vec("Cosmos3Rollout-v0", num_envs=2, vectorization_mode="vector_entry_point", num_workers=2)
 
 
 @pytest.mark.parametrize("env_id", ["Cosmos3PushT-v0", "PushT-Twin-v0"])
