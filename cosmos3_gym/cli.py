@@ -400,6 +400,18 @@ THREADS_HELP = ("torch's CPU threads (default: 1 when running on the CPU, unless
                 "processes: a demo step went from 6 ms to 1.46 s on a busy 2-core machine)")
 
 
+def _rollout_env_id(text: str) -> str:
+    """``--env``'s value; a world env's id gets where world envs are used instead of a bare invalid choice."""
+    import cosmos3_gym
+
+    if text in (*cosmos3_gym.WORLD_ENV_IDS, *cosmos3_gym.PUSHT_ENV_IDS):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a world env, and this command runs the rollout envs (one generation request an "
+            f"episode): `cosmos3-gym world-eval` scores the world envs, `cosmos3-gym check` checks them, and "
+            f"gym.make({text!r}) makes one (examples/dream_to_real.py, examples/pusht_dream.py)")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     env_ids = list(preset_tables())
     env_help = "env id, one per envs/*.toml: " + ", ".join(env_ids) + " (default: %(default)s)"
@@ -413,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, **kwargs)
 
     def common(p, device=True, threads=True, overwrite=True):
-        p.add_argument("--env", default="Cosmos3Rollout-v0", choices=env_ids, metavar="ENV_ID", help=env_help)
+        p.add_argument("--env", default="Cosmos3Rollout-v0", type=_rollout_env_id, choices=env_ids, metavar="ENV_ID",
+                       help=env_help)
         if device:
             p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)")
         if threads:

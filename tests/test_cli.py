@@ -230,6 +230,14 @@ def test_a_flag_spelled_as_another_command_spells_it_gets_that_commands_spelling
     assert f"({hint}); `cosmos3-gym {argv[0]} --help` lists its flags" in err
 
 
+@pytest.mark.parametrize("command", ["demo", "rollout", "evaluate"])
+def test_a_world_env_given_to_a_rollout_command_says_where_world_envs_go(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, "--env", "Cosmos3World-v0"])
+    assert exit_.value.code == 2 and ("argument --env: 'Cosmos3World-v0' is a world env, and this command runs the "
+                                      "rollout envs") in capsys.readouterr().err
+
+
 def test_every_flag_has_help_and_env_choices_are_the_presets():
     parser = cli.build_parser()
     assert set(parser.commands) == {"demo", "rollout", "check", "bench", "evaluate", "world-eval"}

@@ -258,7 +258,14 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         self.preset = forward_dynamics.override(
             num_frames=self.chunk + 1, height=self.size, width=self.size, num_steps=num_steps, kind=kind,
             guidance_scale=guidance_scale, noise_level=noise_level, domain=domain, reward="none", checkpoint=checkpoint)
-        self.engine = build_engine(self.preset, self.num_envs, device=device, dtype=dtype, model=model)
+        try:
+            self.engine = build_engine(self.preset, self.num_envs, device=device, dtype=dtype, model=model)
+        except ValueError as error:  # the frame's size is the request's height and width: name the keyword given
+            if str(error).startswith(f"height={self.size} is not allowed"):
+                rule = str(error).split("is not allowed", 1)[1]  # ": use a positive multiple of N"
+                raise ValueError(f"size={self.size} is not allowed for {self.env_id}{rule} (the factor by which "
+                                 f"the model's VAE shrinks each side)") from None
+            raise
         self.device = self.engine.device
         self.single_observation_space, self.single_action_space = world_spaces(self.chunk, self.size)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -484,8 +491,28 @@ def make_world_vector_env(**keywords) -> Cosmos3WorldVectorEnv:
 
 
 class Cosmos3WorldEnv(SingleEnvView):
-    """``Cosmos3World-v0``: one env of :class:`Cosmos3WorldVectorEnv` (its docstring has the
-    details), with the spaces, rewards and episode ends of :class:`ProceduralWorldEnv`.
+    """The procedural world's push task, each step imagined by Cosmos 3: one env of
+    :class:`Cosmos3WorldVectorEnv` (its docstring has every detail).
+
+    ## Action Space, Observation Space, Starting State
+    ``ProceduralWorld-v0``'s (:class:`ProceduralWorldEnv`): ``Box(-1, 1, (chunk, 2), float32)`` velocity
+    commands, the uint8 ``(size, size, 3)`` frame; ``reset(seed=s)`` returns ``ProceduralWorld-v0``'s
+    first frame for ``s``.
+
+    ## Rewards and Episode End
+    ``ProceduralWorld-v0``'s rules, read from the imagined frames by the world's detector: progress
+    toward the goal plus 1 on success; terminated on imagined success (within the radius less
+    ``success_margin``), truncated after ``horizon`` steps.
+
+    ## Info
+    ``prompt``, ``frames`` (the imagined chunk), ``success``, ``log_prob_sum`` and ``trajectory`` (the
+    denoising trajectory, to RL-tune the world model); ``disagreement`` with ``disagreement=K``.
+
+    ## Arguments
+    ``gym.make("Cosmos3World-v0", chunk=8, horizon=8, size=32, goal=None, num_steps=8, kind="sde",
+    guidance_scale=1.0, noise_level=0.7, domain="pusht", checkpoint="", device=None, dtype=None,
+    model=None, disagreement=0, success_margin=0.0, render_mode=None)``: what each does is in
+    :class:`Cosmos3WorldVectorEnv`.
 
     ## Version History
     * v0: initial release; ``guidance_scale`` 4 by default until this release, now 1 (pass

@@ -360,9 +360,28 @@ def make_pusht_vector_env(**keywords) -> Cosmos3PushTVectorEnv:
 
 
 class Cosmos3PushTEnv(SingleEnvView):
-    """``Cosmos3PushT-v0``: one env of :class:`Cosmos3PushTVectorEnv` (its docstring and the module's
-    have the details), with the spaces, rewards and episode ends of :class:`PushTTwinEnv`; its step
-    info also says ``is_success`` (what SB3's callbacks read).
+    """PushT imagined by Cosmos 3: one env of :class:`Cosmos3PushTVectorEnv` (its docstring and the
+    module's have every detail).
+
+    ## Action Space, Observation Space, Starting State
+    ``PushT-Twin-v0``'s (:class:`PushTTwinEnv`): ``chunk`` gym-pusht actions ``Box(0, 512, (chunk, 2),
+    float32)``, gym-pusht's uint8 ``(96, 96, 3)`` pixels; ``reset(seed=s)`` returns gym-pusht's
+    ``reset(seed=s)`` frame.
+
+    ## Rewards and Episode End
+    gym-pusht's rules on the imagined frames: the coverage of the goal by the T block, segmented from
+    the frames' colours; terminated above gym-pusht's success threshold, truncated after ``horizon``
+    chunks.
+
+    ## Info
+    ``frames``, ``coverages``, ``coverage``, ``played``, ``success`` and ``is_success`` (what SB3's
+    callbacks read), ``log_prob_sum``, ``trajectory``, ``prompt``, ``seed``.
+
+    ## Arguments
+    ``gym.make("Cosmos3PushT-v0", chunk=8, horizon=None, prompt=PROMPT, exact_coverage=True, num_steps=8,
+    kind="sde", guidance_scale=4.0, noise_level=0.7, domain="pusht", checkpoint="", device=None,
+    dtype=None, model=None, action_frame=None, render_mode=None)``: what each does is in
+    :class:`Cosmos3PushTVectorEnv`.
 
     ## Version History
     * v0: initial release.

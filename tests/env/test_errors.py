@@ -431,6 +431,9 @@ def test_the_worlds_name_chunk_obs_type_and_a_vector_envs_batch():
     chunk for all) says how the batch goes."""
     with pytest.raises(ValueError, match=r"chunk=6 is invalid; Cosmos 3 generates 1 \+ 4m frames, so use a multiple of 4"):
         gym.make("Cosmos3World-v0", chunk=6)
+    with pytest.raises(ValueError, match=r"^size=30 is not allowed for Cosmos3World-v0: use a positive multiple of 4 "
+                                         r"\(the factor by which the model's VAE shrinks each side\)$"):
+        gym.make("Cosmos3World-v0", size=30)
     for env_id in ("ProceduralWorld-v0", "Cosmos3World-v0"):
         with pytest.raises(TypeError, match=r"'obs_type' \(the observation is always the RGB frame, uint8 \(size, size, "
                                             r"3\)\); the env takes"):
