@@ -98,10 +98,12 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    """The public names (what tab completion offers), not the modules this file imports."""
+    return sorted(__all__)
 
 
 __all__ = [
     "ENV_IDS", "PUSHT_ENV_IDS", "WORLD_ENV_IDS", "Cosmos3Model", "Cosmos3RolloutEnv", "Preset", "RolloutEngine",
-    "SDEStep", "Trajectory", "__version__", "load_preset", "replay_log_probs", "sde_step",
+    "SDEStep", "Trajectory", "__version__", "all_presets", "load_preset", "preset_tables", "replay_log_probs",
+    "sde_step",
 ]

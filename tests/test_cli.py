@@ -272,6 +272,15 @@ def test_import_is_light_and_help_imports_no_torch():
     assert out.strip() == "[]"
 
 
+def test_the_packages_names_are_its_public_ones_and_each_resolves():
+    """``dir(cosmos3_gym)`` (what tab completion offers) lists ``__all__``, not the modules the package
+    imports; each name loads (the classes on first use)."""
+    import cosmos3_gym
+
+    assert dir(cosmos3_gym) == sorted(cosmos3_gym.__all__) and "tomllib" not in dir(cosmos3_gym)
+    assert all(getattr(cosmos3_gym, name) is not None for name in cosmos3_gym.__all__)
+
+
 def test_bench_cpu_results_on_stdout_bars_on_stderr(capsys, monkeypatch, keep_threads):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert cli.main(["bench", "--cpu", "--num-envs", "2", "--steps", "1", "--episodes", "1"]) == 0
