@@ -7,8 +7,9 @@ import dataclasses
 import inspect
 import io
 import math
-import re
 import tokenize
+
+from ..env.docstrings import plain_text
 
 
 def field_comments(cls) -> dict[str, str]:
@@ -26,13 +27,6 @@ def field_comments(cls) -> dict[str, str]:
         elif token.type == tokenize.COMMENT and token.start[0] in line_of_field:
             comments[line_of_field[token.start[0]]] = token.string.lstrip("#").strip()
     return comments
-
-
-def plain_text(doc: str) -> str:
-    """A docstring as ``--help`` shows it: Sphinx roles become their target (``:func:`~a.b``` -> ``b``,
-    ``:mod:`a.b``` -> ``a.b``) and reST's double backquotes Markdown's single ones."""
-    doc = re.sub(r":[a-z]+:`(~?)([^`]+)`", lambda m: f"`{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}`", doc)
-    return doc.replace("``", "`")
 
 
 def unknown_flags_error(parser: argparse.ArgumentParser, unknown: list[str], command: str) -> None:

@@ -14,6 +14,8 @@ import gymnasium as gym
 
 import cosmos3_gym
 
+from ..env.docstrings import plain_text
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "worlds.md"
 INTRO = """# The world envs
 
@@ -31,12 +33,9 @@ in either; `cosmos3-gym world-eval` measures how far the imagined one can be tru
 
 
 def markdown(doc: str) -> str:
-    """A numpydoc-style docstring as markdown: its headings one level down, ````x```` as `` `x` ``, and
-    Sphinx cross-references (``:class:`~a.b.C```) as the name they show."""
-    doc = re.sub(r"^## ", "### ", doc, flags=re.M)
-    doc = re.sub(r":\w+:`~[\w.]*?(\w+)`", r"`\1`", doc)
-    doc = re.sub(r":\w+:`([\w.]+)`", r"`\1`", doc)
-    return doc.replace("``", "`")
+    """A numpydoc-style docstring as markdown: its headings one level down (under the env's), and
+    Sphinx markup as :func:`~cosmos3_gym.env.docstrings.plain_text` reads it."""
+    return plain_text(re.sub(r"^## ", "### ", doc, flags=re.M))
 
 
 def entry(spec: str | None):

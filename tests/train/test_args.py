@@ -4,7 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from cosmos3_gym.train.args import field_comments, parse_args, plain_text
+from cosmos3_gym.env.docstrings import plain_text
+from cosmos3_gym.train.args import field_comments, parse_args
 
 
 @dataclass
