@@ -29,9 +29,12 @@ parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--num-steps", type=step_counts, default=[8],
                     help="denoising steps per chunk, comma-separated (default: 8)")
 parser.add_argument("--kind", choices=("sde", "cps", "ode"), default="sde", help="the sampler (default: sde)")
-parser.add_argument("--noise-level", type=float, default=0.7, help="the sampler's noise level (default: 0.7)")
+parser.add_argument("--noise-level", type=float, default=0.7,
+                    help="the sde or cps sampler's noise level, in [0, 1] (default: 0.7; the ode sampler has none)")
 parser.add_argument("checkpoints", nargs="*", help="checkpoints to score after the shipped weights")
 args = parser.parse_args()
+if not 0 <= args.noise_level <= 1 or (args.kind == "ode" and args.noise_level != 0.7):
+    parser.error(f"--noise-level {args.noise_level}: use a number in [0, 1], with --kind sde or cps")
 torch.set_num_threads(2)
 N = 16
 for ck, steps in [(ck, n) for ck in ["", *args.checkpoints] for n in args.num_steps]:
@@ -58,4 +61,4 @@ for ck, steps in [(ck, n) for ck in ["", *args.checkpoints] for n in args.num_st
                     continue
                 d = (np.array(a) - np.array(b)) * 32
                 along.append(d @ u); across.append(d @ np.array([-u[1], u[0]])); err.append(np.linalg.norm(d))
-        print(ck or "ship", f"{steps} steps", args.kind if args.kind != "sde" else f"sde {args.noise_level:g}", "gain", gain, "noise", noise, "toward-goal bias %.2f +- %.2f, across %.2f, median err %.2f" % (np.mean(along), np.std(along) / np.sqrt(len(along)), np.mean(across), np.median(err)) + (f" ({lost} of {3 * N} chunks without the object left out)" if lost else ""), flush=True)
+        print(ck or "ship", f"{steps} steps", args.kind if args.kind == "ode" else f"{args.kind} {args.noise_level:g}", "gain", gain, "noise", noise, "toward-goal bias %.2f +- %.2f, across %.2f, median err %.2f" % (np.mean(along), np.std(along) / np.sqrt(len(along)), np.mean(across), np.median(err)) + (f" ({lost} of {3 * N} chunks without the object left out)" if lost else ""), flush=True)

@@ -98,8 +98,7 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    """The public names (what tab completion offers), not the modules this file imports."""
-    return sorted(__all__)
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

@@ -406,9 +406,10 @@ def _rollout_env_id(text: str) -> str:
 
     if text in (*cosmos3_gym.WORLD_ENV_IDS, *cosmos3_gym.PUSHT_ENV_IDS):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is a world env, and this command runs the rollout envs (one generation request an "
-            f"episode): `cosmos3-gym world-eval` scores the world envs, `cosmos3-gym check` checks them, and "
-            f"gym.make({text!r}) makes one (examples/dream_to_real.py, examples/pusht_dream.py)")
+            f"{text!r} is a world env, and --env takes a rollout env ({', '.join(preset_tables())}). The world envs: "
+            f"`cosmos3-gym world-eval` scores them (--world pusht for PushT), `bench --mode world` times "
+            f"Cosmos3World-v0, `check` checks them all, and gym.make({text!r}) makes one "
+            f"(examples/dream_to_real.py, examples/pusht_dream.py)")
     return text
 
 
@@ -422,7 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, **kwargs) -> argparse.ArgumentParser:
         """A subcommand whose own --help opens with its one-line summary (unless given a description)."""
         kwargs.setdefault("description", help[0].upper() + help[1:] + ".")
-        return sub.add_parser(name, help=help, **kwargs)
+        # allow_abbrev=False: a prefix is not taken for a longer flag (evaluate's --guidance for --guidance-scale)
+        return sub.add_parser(name, help=help, allow_abbrev=False, **kwargs)
 
     def common(p, device=True, threads=True, overwrite=True):
         p.add_argument("--env", default="Cosmos3Rollout-v0", type=_rollout_env_id, choices=env_ids, metavar="ENV_ID",

@@ -227,15 +227,17 @@ def test_a_flag_spelled_as_another_command_spells_it_gets_that_commands_spelling
         cli.main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and f"cosmos3-gym {argv[0]}: error: unrecognized arguments: " in err
-    assert f"({hint}); `cosmos3-gym {argv[0]} --help` lists its flags" in err
+    assert f"({hint}); `cosmos3-gym {argv[0]} --help` lists the flags" in err
 
 
-@pytest.mark.parametrize("command", ["demo", "rollout", "evaluate"])
+@pytest.mark.parametrize("command", ["demo", "rollout", "evaluate", "bench"])
 def test_a_world_env_given_to_a_rollout_command_says_where_world_envs_go(command, capsys):
     with pytest.raises(SystemExit) as exit_:
-        cli.main([command, "--env", "Cosmos3World-v0"])
-    assert exit_.value.code == 2 and ("argument --env: 'Cosmos3World-v0' is a world env, and this command runs the "
-                                      "rollout envs") in capsys.readouterr().err
+        cli.main([command, "--env", "Cosmos3PushT-v0"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert exit_.value.code == 2 and ("argument --env: 'Cosmos3PushT-v0' is a world env, and --env takes a rollout env "
+                                      "(Cosmos3ForwardDynamicsRollout-v0, ") in err
+    assert "`cosmos3-gym world-eval` scores them (--world pusht for PushT), `bench --mode world` times" in err
 
 
 def test_every_flag_has_help_and_env_choices_are_the_presets():
@@ -272,12 +274,13 @@ def test_import_is_light_and_help_imports_no_torch():
     assert out.strip() == "[]"
 
 
-def test_the_packages_names_are_its_public_ones_and_each_resolves():
-    """``dir(cosmos3_gym)`` (what tab completion offers) lists ``__all__``, not the modules the package
-    imports; each name loads (the classes on first use)."""
+def test_each_public_name_resolves_and_tab_completion_offers_it():
+    """Every name of ``__all__`` loads (the classes on first use, PEP 562) and ``dir(cosmos3_gym)`` (what tab
+    completion offers) lists it before its first use, besides the subpackages imported so far."""
     import cosmos3_gym
+    import cosmos3_gym.world  # noqa: F401
 
-    assert dir(cosmos3_gym) == sorted(cosmos3_gym.__all__) and "tomllib" not in dir(cosmos3_gym)
+    assert set(cosmos3_gym.__all__) <= set(dir(cosmos3_gym)) and "world" in dir(cosmos3_gym)
     assert all(getattr(cosmos3_gym, name) is not None for name in cosmos3_gym.__all__)
 
 

@@ -135,6 +135,8 @@ class Cosmos3RayVectorEnv(VectorEnv):
         try:
             import ray
         except ModuleNotFoundError as missing:
+            if missing.name != "ray":  # Ray is there, and something it imports is not: Ray's own error says what
+                raise
             raise ModuleNotFoundError(f"num_workers={num_workers} runs the envs on Ray workers, and Ray is not "
                                       f"installed: pip install 'ray>=2.40' (in a clone of this repository: pip "
                                       f"install -e '.[ray]'); without num_workers the envs run in this process",

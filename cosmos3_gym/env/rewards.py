@@ -127,14 +127,15 @@ def checked_reward_fn(reward_fn, reward: str | None = None):
     made, not at an episode's last step) and no ``reward`` name was given beside it, else a
     ``ValueError`` that says what it must look like."""
     contract = "pass reward(frames, prompts) -> float32 [B] (frames uint8 [B, T, H, W, 3], prompts a list of B str)"
-    if reward is not None:
-        raise ValueError(f"reward={reward!r} and reward_fn={reward_fn!r} both name the reward; pass one of them")
     if not callable(reward_fn):
         raise ValueError(f"reward_fn={reward_fn!r} is not callable; {contract}")
+    name = getattr(reward_fn, "__name__", reward_fn)
+    if reward is not None:
+        raise ValueError(f"reward={reward!r} and reward_fn={name!r} both name the reward; pass one of them")
     try:
         inspect.signature(reward_fn).bind(None, None)
     except TypeError as error:
-        raise ValueError(f"reward_fn={getattr(reward_fn, '__name__', reward_fn)!r} cannot be called with "
+        raise ValueError(f"reward_fn={name!r} cannot be called with "
                          f"(frames, prompts): {error}; {contract}") from None
     except ValueError:  # no signature to read (some builtins): the call will tell
         pass

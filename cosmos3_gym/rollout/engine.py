@@ -251,7 +251,7 @@ class RolloutEngine:
                 if len(ids) > self.max_prompt_tokens:
                     raise ValueError(f"{name} {text[:40]!r}... is {len(ids)} tokens with its templates; "
                                      f"the budget is max_prompt_tokens={self.max_prompt_tokens}: shorten it, or "
-                                     f"raise max_prompt_tokens to {len(ids)} or more")
+                                     f"raise max_prompt_tokens (a keyword of the rollout envs) to {len(ids)} or more")
             rng = torch.Generator(device=device).manual_seed(seed)
             # Drawn exactly as Cosmos3OmniPipeline.prepare_latents draws x(sigma_0) from its generator.
             start = {"video": torch.randn((1, *self.latent_shape), generator=rng, device=device)[0]}

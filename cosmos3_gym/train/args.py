@@ -8,6 +8,7 @@ import inspect
 import io
 import math
 import tokenize
+from typing import NoReturn
 
 from ..env.docstrings import plain_text
 
@@ -29,18 +30,20 @@ def field_comments(cls) -> dict[str, str]:
     return comments
 
 
-def unknown_flags_error(parser: argparse.ArgumentParser, unknown: list[str], command: str) -> None:
-    """Exit with argparse's usage error for flags ``parser`` does not take, suggesting its nearest flag
-    for each (``--steps`` where the command spells it ``--num-steps``) and where the full list is."""
+def unknown_flags_error(parser: argparse.ArgumentParser, unknown: list[str], command: str | None = None) -> NoReturn:
+    """Exit with argparse's usage error for flags ``parser`` does not take, naming its close flags for
+    each (``--steps`` where the command spells it ``--num-steps``; every close one, since the nearest
+    in spelling may mean something else) and where the full list is."""
     import difflib
 
     names = [option[2:] for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    flags = unknown[:unknown.index("--")] if "--" in unknown else unknown  # after "--" nothing is a flag
     hints = []
-    for given in (item.split("=", 1)[0] for item in unknown if item.startswith("--")):
-        near = difflib.get_close_matches(given[2:], names, n=1, cutoff=0.7)
-        hints += [f"{given}: did you mean --{near[0]}?"] if near else []
+    for given in dict.fromkeys(item.split("=", 1)[0] for item in flags if item.startswith("--")):
+        near = difflib.get_close_matches(given[2:], names, n=3, cutoff=0.7)
+        hints += [f"{given}: did you mean {' or '.join('--' + name for name in near)}?"] if near else []
     parser.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else "")
-                 + f"; `{command} --help` lists its flags")
+                 + f"; `{command or '--help'}{' --help' if command else ''}` lists the flags")
 
 
 def parse_args(cls, argv=None, description: str | None = None, prog: str | None = None, check=None):
@@ -51,8 +54,9 @@ def parse_args(cls, argv=None, description: str | None = None, prog: str | None 
     one torch thread on the CPU unless ``OMP_NUM_THREADS`` says otherwise)."""
     from ..model.threads import configure_threads
 
+    # allow_abbrev=False: a prefix is not silently taken for a longer flag (--noise-level for --noise-levels)
     parser = argparse.ArgumentParser(prog=prog, description=description and plain_text(description),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     comments = field_comments(cls)
     for field in dataclasses.fields(cls):
         flag = f"--{field.name.replace('_', '-')}"
@@ -66,7 +70,7 @@ def parse_args(cls, argv=None, description: str | None = None, prog: str | None 
                                 help=f"{about} ({kind})" if about else f"({kind})")
     flags, unknown = parser.parse_known_args(argv)
     if unknown:
-        unknown_flags_error(parser, unknown, parser.prog)
+        unknown_flags_error(parser, unknown, prog)
     flags = vars(flags)
     configure_threads()  # after the flags: --help loads no torch
     try:

@@ -28,7 +28,9 @@ from ..env.rendering import can_render
 from ..env.spaces import build_engine, checked_action, checked_options
 from ..env.autoreset import AutoresetVectorEnv, PreparedStep, checked_autoreset_mode
 from ..env.infos import object_column
-from ..model.checkpoint import read_json
+from ..model.checkpoint import component_config, read_json
+from ..model.model import Cosmos3Model
+from ..model.tiny_model import TINY_CHECKPOINT
 from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env, constructor_keywords
 from ..rollout.procedural_world import (SUCCESS_RADIUS, PushTask, checked_goal, checked_success_margin, draw, push,
                                        sample_task, task_reward)
@@ -61,6 +63,21 @@ def training_record(checkpoint) -> tuple[Path, dict] | None:
     if record is None or not record.is_file():
         return None
     return record, read_json(record, "the checkpoint's training record")
+
+
+def check_frame_size(size: int, env_id: str, checkpoint, model) -> None:
+    """A ``ValueError`` naming ``size`` where the model's VAE cannot divide the frame (read from the
+    checkpoint's config, before anything loads); the request's height and width are this size."""
+    if isinstance(model, Cosmos3Model):
+        factor = model.spatial_compression
+    else:
+        try:
+            factor = component_config(Path(checkpoint or TINY_CHECKPOINT), "vae").get("scale_factor_spatial", 1)
+        except (OSError, ValueError):  # a checkpoint that will not load: loading it names what is wrong
+            return
+    if size % factor:
+        raise ValueError(f"size={size} is not allowed for {env_id}: use a multiple of {factor} (the model's VAE "
+                         f"shrinks each side {factor}x)")
 
 
 def check_checkpoint_world(checkpoint, env_id: str) -> None:
@@ -258,14 +275,8 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         self.preset = forward_dynamics.override(
             num_frames=self.chunk + 1, height=self.size, width=self.size, num_steps=num_steps, kind=kind,
             guidance_scale=guidance_scale, noise_level=noise_level, domain=domain, reward="none", checkpoint=checkpoint)
-        try:
-            self.engine = build_engine(self.preset, self.num_envs, device=device, dtype=dtype, model=model)
-        except ValueError as error:  # the frame's size is the request's height and width: name the keyword given
-            if str(error).startswith(f"height={self.size} is not allowed"):
-                rule = str(error).split("is not allowed", 1)[1]  # ": use a positive multiple of N"
-                raise ValueError(f"size={self.size} is not allowed for {self.env_id}{rule} (the factor by which "
-                                 f"the model's VAE shrinks each side)") from None
-            raise
+        check_frame_size(self.size, self.env_id, checkpoint, model)
+        self.engine = build_engine(self.preset, self.num_envs, device=device, dtype=dtype, model=model)
         self.device = self.engine.device
         self.single_observation_space, self.single_action_space = world_spaces(self.chunk, self.size)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)

@@ -369,9 +369,10 @@ class Cosmos3PushTEnv(SingleEnvView):
     ``reset(seed=s)`` frame.
 
     ## Rewards and Episode End
-    gym-pusht's rules on the imagined frames: the coverage of the goal by the T block, segmented from
-    the frames' colours; terminated above gym-pusht's success threshold, truncated after ``horizon``
-    chunks.
+    ``PushT-Twin-v0``'s rules on the imagined frames: the sum over the frames played of gym-pusht's
+    reward, ``clip(coverage / 0.95, 0, 1)``, with the coverage of the goal by the T block segmented from
+    each frame's colours; terminated above gym-pusht's success threshold (the rest of the chunk is not
+    played), truncated after ``horizon`` chunks.
 
     ## Info
     ``frames``, ``coverages``, ``coverage``, ``played``, ``success`` and ``is_success`` (what SB3's

@@ -54,7 +54,7 @@ def world_section(env_id: str, world: str) -> tuple[str, str]:
         env.close()
     vector_class = spec.vector_entry_point and typing.get_type_hints(entry(spec.vector_entry_point))["return"]
     kind = "imagined by Cosmos 3" if vector_class else "ground truth"
-    row = (f"| [`{env_id}`](#{env_id.lower().replace('-', '').replace('.', '')}) | {world} | {kind} | "
+    row = (f"| [`{env_id}`](#{env_id.lower().replace('.', '')}) | {world} | {kind} | "  # the heading's anchor
            f"`Box` {act.dtype} {tuple(act.shape)} in [{act.low.min():g}, {act.high.max():g}] | "
            f"`Box` {obs.dtype} {tuple(obs.shape)} |")
     parts = [f"## `{env_id}`", markdown(inspect.getdoc(entry(spec.entry_point)))]

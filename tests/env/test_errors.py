@@ -74,8 +74,8 @@ def test_unknown_option_and_bad_prompts(env):
     with pytest.raises(ValueError, match=r"options\['prompt'\]=42 is not a str"):
         env.reset(seed=1, options={"prompt": 42})
     assert_still_usable(env)
-    with pytest.raises(ValueError, match=r"max_prompt_tokens=1024: shorten it, or raise max_prompt_tokens to \d{4} "
-                                         r"or more"):
+    with pytest.raises(ValueError, match=r"max_prompt_tokens=1024: shorten it, or raise max_prompt_tokens \(a keyword "
+                                         r"of the rollout envs\) to \d{4} or more"):
         env.reset(seed=1, options={"prompt": "a red ball " * 200})
     assert_still_usable(env)
 
@@ -236,7 +236,8 @@ def test_odd_arguments_get_errors_that_name_them():
     ({"reward": lambda frames, prompts: np.zeros(len(frames))}, r"allowed: \['colorfulness', .*\]; a reward function "
      r"of your own goes in reward_fn=, not reward="),
     ({"reward": "brightness", "reward_fn": lambda frames, prompts: np.zeros(len(frames))},
-     r"reward='brightness' and reward_fn=<function .*> both name the reward; pass one of them"),
+     r"reward='brightness' and reward_fn='<lambda>' both name the reward; pass one of them"),
+    ({"reward": "brightness", "reward_fn": 42}, r"reward_fn=42 is not callable"),  # the first thing wrong
 ])
 def test_bad_constructor_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -299,6 +300,22 @@ def test_workers_without_ray_say_what_to_install(monkeypatch):
     with pytest.raises(ModuleNotFoundError, match=r"num_workers=2 runs the envs on Ray workers, and Ray is not "
                                                   r"installed: pip install 'ray>=2.40' \(in a clone of this "
                                                   r"repository: pip install -e '\.\[ray\]'\)"):
+        gym.make_vec("Cosmos3Rollout-v0", num_envs=2, vectorization_mode="vector_entry_point", num_workers=2)
+
+
+def test_ray_missing_one_of_its_own_dependencies_is_not_called_ray_missing(monkeypatch):
+    """Where Ray is installed and something Ray imports is not, Ray's own error comes through."""
+    import importlib.abc
+    import sys
+
+    class RayWithoutPsutil(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "ray":
+                raise ModuleNotFoundError("No module named 'psutil'", name="psutil")
+
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [RayWithoutPsutil(), *sys.meta_path])
+    with pytest.raises(ModuleNotFoundError, match="^No module named 'psutil'$"):
         gym.make_vec("Cosmos3Rollout-v0", num_envs=2, vectorization_mode="vector_entry_point", num_workers=2)
 
 
@@ -431,8 +448,8 @@ def test_the_worlds_name_chunk_obs_type_and_a_vector_envs_batch():
     chunk for all) says how the batch goes."""
     with pytest.raises(ValueError, match=r"chunk=6 is invalid; Cosmos 3 generates 1 \+ 4m frames, so use a multiple of 4"):
         gym.make("Cosmos3World-v0", chunk=6)
-    with pytest.raises(ValueError, match=r"^size=30 is not allowed for Cosmos3World-v0: use a positive multiple of 4 "
-                                         r"\(the factor by which the model's VAE shrinks each side\)$"):
+    with pytest.raises(ValueError, match=r"^size=30 is not allowed for Cosmos3World-v0: use a multiple of 4 \(the "
+                                         r"model's VAE shrinks each side 4x\)$"):
         gym.make("Cosmos3World-v0", size=30)
     for env_id in ("ProceduralWorld-v0", "Cosmos3World-v0"):
         with pytest.raises(TypeError, match=r"'obs_type' \(the observation is always the RGB frame, uint8 \(size, size, "

@@ -35,3 +35,25 @@ def test_help_shows_docstrings_without_sphinx_markup():
     assert plain_text("See :func:`~cosmos3_gym.world.harness.evaluate_world` and :mod:`cosmos3_gym.world`, "
                       "``gym.make`` and ``--world pusht``.") == \
         "See `evaluate_world` and `cosmos3_gym.world`, `gym.make` and `--world pusht`."
+
+
+@dataclass
+class Sampling:
+    num_steps: int = 8  # denoising steps
+    n_steps: int = 64  # the learner's rollout length
+    noise_levels: str = "0,1"  # the policies' noise
+    sde_noise: float = 0.7  # the sampler's noise
+
+
+@pytest.mark.parametrize("argv, refused", [
+    (["--steps", "3"], "--steps 3 (--steps: did you mean --n-steps or --num-steps?)"),  # every close flag
+    (["--noise-level", "0.3"], "--noise-level 0.3 (--noise-level: did you mean --noise-levels?)"),  # no prefix match
+    (["--num-stepz=2", "--num-stepz=3"], "--num-stepz=2 --num-stepz=3 (--num-stepz: did you mean --num-steps or "
+                                         "--n-steps?);"),  # named once
+    (["--", "--num-stepz"], "-- --num-stepz; `--help` lists the flags"),  # after "--" nothing is a flag
+    (["--bogus", "1"], "--bogus 1; `--help` lists the flags"),  # nothing close: no guess
+])
+def test_an_unknown_flag_is_refused_with_the_close_flags(argv, refused, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(Sampling, argv)
+    assert exit_.value.code == 2 and f"error: unrecognized arguments: {refused}" in capsys.readouterr().err

@@ -4,22 +4,32 @@ import pytest
 
 from cosmos3_gym.world.reference import PAGE, markdown, page
 
-pytest.importorskip("gym_pusht")
+
+@pytest.fixture(scope="module")
+def text():
+    """The page as the generator writes it (it builds each world env, PushT's too)."""
+    pytest.importorskip("gym_pusht")
+    return page()
 
 
-def test_the_world_reference_page_is_up_to_date():
-    assert PAGE.read_text() == page(), "docs/worlds.md is stale: run python -m cosmos3_gym.world.reference"
+def test_the_world_reference_page_is_up_to_date(text):
+    assert PAGE.read_text() == text, "docs/worlds.md is stale: run python -m cosmos3_gym.world.reference"
 
 
-def test_the_page_has_every_world_env_its_spaces_and_its_vector_envs_details():
+def test_the_page_has_every_world_env_its_spaces_and_its_vector_envs_details(text):
+    import re
+
     import cosmos3_gym
 
-    text = page()
     assert all(f"## `{env_id}`" in text for env_id in cosmos3_gym.WORLD_ENV_IDS + cosmos3_gym.PUSHT_ENV_IDS)
     assert "| ground truth | `Box` float32 (8, 2) in [-1, 1] | `Box` uint8 (32, 32, 3) |" in text
     assert "| imagined by Cosmos 3 | `Box` float32 (8, 2) in [0, 512] | `Box` uint8 (96, 96, 3) |" in text
     assert '### `gym.make_vec("Cosmos3World-v0", num_envs=n)`: `Cosmos3WorldVectorEnv`' in text
     assert "success_margin" in text and "exact_coverage" in text  # the vector envs' own arguments
+    # each row links to its section: the anchor a heading gets (lower case, backquotes and dots dropped)
+    anchors = {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in re.findall(r"^#+ (.*)$", text, re.M)}
+    links = re.findall(r"\]\(#([^)]*)\)", text)
+    assert len(links) == 4 and set(links) <= anchors, (links, anchors)
 
 
 def test_docstrings_read_as_markdown():
