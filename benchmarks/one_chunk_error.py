@@ -13,15 +13,17 @@ import argparse
 import numpy as np, torch
 from cosmos3_gym.world import envs as E
 from cosmos3_gym.rollout import procedural_world as pw
+from cosmos3_gym.train.args import comma_separated
 
 
 def step_counts(text: str) -> list[int]:
+    """``--num-steps``, parsed as the other scripts' list flags are (an argparse error, not a traceback)."""
     try:
-        counts = [int(n) for n in text.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give positive whole numbers of steps separated by commas, e.g. 8,16")
+        counts = comma_separated("--num-steps", text, int, "integers")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--num-steps {text}: use integers >= 1")
     return counts
 
 
