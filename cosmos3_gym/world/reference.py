@@ -38,9 +38,9 @@ def markdown(doc: str) -> str:
     return plain_text(re.sub(r"^## ", "### ", doc, flags=re.M))
 
 
-def entry(spec: str | None):
+def entry(spec: str):
     """The class or function a registry entry point ``"module:name"`` names."""
-    return spec and gym.envs.registration.load_env_creator(spec)
+    return gym.envs.registration.load_env_creator(spec)
 
 
 def world_section(env_id: str, world: str) -> tuple[str, str]:
