@@ -25,8 +25,8 @@ Given an imagined world ``W`` (``Cosmos3World-v0``) and a twin ``R`` with the sa
   exploit whose gap is about the model's usual error is a near miss of the goal, a large one an
   imagined event.
 
-:func:`evaluate_world` runs all three and returns one JSON-serialisable record;
-:func:`markdown_report` and :func:`plot_report` turn it into a table and a figure. Everything runs
+:func:`evaluate_world` runs all three and returns one JSON-serialisable record (:func:`pool_records`
+joins the records of runs over disjoint seeds); :func:`markdown_report` and :func:`plot_report` turn it into a table and a figure. Everything runs
 on single ``gym.Env`` s (no vector env needed); success is ``info["success"]`` where a step reports
 it, else ``terminated``. Policies are ``policy(obs, info, rng) -> action`` callables or anything
 with ``.predict(obs, deterministic=True)`` (a Stable-Baselines3 model); :func:`scripted_policies`
@@ -386,23 +386,28 @@ def action_sensitivity(imagined, truth, seeds: Sequence[int], *, actions: np.nda
             if condition == "true":
                 for name, fn in (metrics or {}).items():
                     measured[name].append([float(fn(a, b)) for a, b in pairs])
-    flat = {c: [x for episode in errs for x in episode] for c, errs in errors.items()}
-    median = {c: _finite(np.median(v)) if v else None for c, v in flat.items()}
     return {
         "zero_label": zero_label,
-        "ratio": _ratio(median["true"], median["shuffled"]),
-        "zero_ratio": _ratio(median["true"], median["zero"]),
-        "median_error": median,
-        "mean_error": {c: _finite(np.mean(v)) if v else None for c, v in flat.items()},
-        "pairs": {c: len(v) for c, v in flat.items()},
+        **_error_summary(errors, horizon),
         "lost": {c: float(np.mean(v)) if v else None for c, v in lost.items()} if lost_fn is not None else None,
-        "per_step": {c: _curve(errs, horizon) for c, errs in errors.items()},
-        "errors": errors,
         "metrics": {name: {"mean": _finite(np.mean([x for e in values for x in e])) if any(values) else None,
                            "per_step": _curve(values, horizon)} for name, values in measured.items()},
         "shuffle": shuffle.tolist(),
         "horizon": horizon,
     }
+
+
+def _error_summary(errors: dict[str, list[list[float]]], horizon: int) -> dict:
+    """The sensitivity's statistics from its per-episode errors (``errors``: condition -> episodes)."""
+    flat = {c: [x for episode in errs for x in episode] for c, errs in errors.items()}
+    median = {c: _finite(np.median(v)) if v else None for c, v in flat.items()}
+    return {"ratio": _ratio(median["true"], median["shuffled"]),
+            "zero_ratio": _ratio(median["true"], median["zero"]),
+            "median_error": median,
+            "mean_error": {c: _finite(np.mean(v)) if v else None for c, v in flat.items()},
+            "pairs": {c: len(v) for c, v in flat.items()},
+            "per_step": {c: _curve(errs, horizon) for c, errs in errors.items()},
+            "errors": errors}
 
 
 # --- policy evaluation and exploits ---------------------------------------------------------
@@ -412,14 +417,20 @@ def _policy_rng(seed: int, name: str, episode_seed: int) -> np.random.Generator:
 
 
 def _summary(runs: list[dict], seed: int, lost_fn: LostFn | None) -> dict:
-    returns = [r["return"] for r in runs]
-    successes = [float(r["success"]) for r in runs]
     lost = None if lost_fn is None else float(np.mean([bool(r["observations"]) and bool(lost_fn(r["observations"][-1]))
                                                        for r in runs]))
+    return _episodes_summary([r["return"] for r in runs], [bool(r["success"]) for r in runs],
+                             [int(r["steps"]) for r in runs], lost, seed)
+
+
+def _episodes_summary(returns: list[float], successes: list[bool], steps: list[int], lost: float | None,
+                      seed: int) -> dict:
+    """A policy's summary in one world from its episodes' returns, successes and lengths (``lost``: the
+    share of episodes that end with the object lost, or None)."""
     return {"lost": lost, "return": float(np.mean(returns)), "return_ci": list(bootstrap_ci(returns, seed=seed)),
-            "success": float(np.mean(successes)), "success_ci": list(bootstrap_ci(successes, seed=seed)),
-            "returns": returns, "successes": [bool(s) for s in successes],
-            "steps": [int(r["steps"]) for r in runs]}
+            "success": float(np.mean(successes)),
+            "success_ci": list(bootstrap_ci([float(s) for s in successes], seed=seed)),
+            "returns": list(returns), "successes": list(successes), "steps": list(steps)}
 
 
 def _gap(imagined_run: dict, replayed: dict, error_fn: ErrorFn) -> float | None:
@@ -472,6 +483,11 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
             row["disagreement"] = [{"max": max(r["disagreement"]), "exploit": not ok}
                                    for (_, r), ok in zip(won, held) if r["disagreement"]]
         rows.append(row)
+    return _policies_summary(rows, exploits)
+
+
+def _policies_summary(rows: list[dict], exploits: bool) -> dict:
+    """The rank agreement across ``rows`` (one per policy) and, with ``exploits``, the pooled exploit rate."""
     agreement = {metric: rank_agreement([r["true"][metric] for r in rows], [r["imagined"][metric] for r in rows])
                  for metric in ("success", "return")}
     out = {"policies": rows, "agreement": agreement}
@@ -511,6 +527,76 @@ def evaluate_world(imagined, truth, policies: Mapping[str, Any] | None = None, *
     return {"label": label, "episodes": episodes, "seeds": seeds, "seed": seed,
             "sensitivity": sensitivity, **evaluation,
             "seconds": {"sensitivity": middle - start, "policies": time.perf_counter() - middle}}
+
+
+def pool_records(records: Sequence[dict], label: str | None = None) -> dict:
+    """One record from several :func:`evaluate_world` records of the same worlds and policies over
+    disjoint reset seeds (a long evaluation split across processes or machines): the episodes joined,
+    every statistic recomputed from them (intervals resampled with the first record's ``seed``).
+    Each part drew its own actions, shuffle and policy noise from its own start seed, so the pool is
+    an evaluation of all its seeds, not one run from the first seed bit for bit. A measure of
+    ``metrics`` keeps its mean and per-step mean (weighted by its step pairs); its per-step median,
+    which the records do not keep the values for, is None."""
+    if not records:
+        raise ValueError("records is empty; pass the records of at least one evaluate_world run")
+    first = records[0]
+    names = [r["name"] for r in first["policies"]]
+    seeds = [s for record in records for s in record["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"records share reset seeds ({sorted(s for s in set(seeds) if seeds.count(s) > 1)}); "
+                         "pool evaluations of disjoint seeds (evaluate_world's seed .. seed + episodes - 1)")
+    for record in records[1:]:
+        if [r["name"] for r in record["policies"]] != names:
+            raise ValueError(f"records score different policies ({names} and "
+                             f"{[r['name'] for r in record['policies']]}); pool runs of the same policies")
+        if record["sensitivity"]["horizon"] != first["sensitivity"]["horizon"]:
+            raise ValueError("records have different horizons; pool runs of the same horizon")
+    parts = [record["sensitivity"] for record in records]
+    horizon, offsets = first["sensitivity"]["horizon"], np.cumsum([0] + [len(r["seeds"]) for r in records])
+    errors = {c: [e for part in parts for e in part["errors"][c]] for c in first["sensitivity"]["errors"]}
+
+    def weighted(values, weights):
+        pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
+        return float(np.average([v for v, _ in pairs], weights=[w for _, w in pairs])) if pairs else None
+
+    sensitivity = {
+        "zero_label": first["sensitivity"].get("zero_label", "zero"),
+        **_error_summary(errors, horizon),
+        "lost": None if first["sensitivity"]["lost"] is None else
+        {c: weighted([p["lost"][c] for p in parts], [p["pairs"][c] for p in parts]) for c in errors},
+        "metrics": {name: {"mean": weighted([p["metrics"][name]["mean"] for p in parts],
+                                            [p["pairs"]["true"] for p in parts]),
+                           "per_step": {"median": [None] * horizon,
+                                        "mean": [weighted([p["metrics"][name]["per_step"]["mean"][k] for p in parts],
+                                                          [p["metrics"][name]["per_step"]["count"][k] for p in parts])
+                                                 for k in range(horizon)],
+                                        "count": [sum(p["metrics"][name]["per_step"]["count"][k] for p in parts)
+                                                  for k in range(horizon)]}}
+                    for name in first["sensitivity"].get("metrics", {})},
+        "shuffle": [int(i + offset) for part, offset in zip(parts, offsets) for i in part["shuffle"]],
+        "horizon": horizon,
+    }
+    rows = []
+    for k, name in enumerate(names):
+        row = {"name": name}
+        for world in ("true", "imagined"):
+            runs = [record["policies"][k][world] for record in records]
+            lost = weighted([r["lost"] for r in runs], [len(r["successes"]) for r in runs])
+            row[world] = _episodes_summary([x for r in runs for x in r["returns"]],
+                                           [x for r in runs for x in r["successes"]],
+                                           [x for r in runs for x in r["steps"]], lost, first["seed"])
+        parts_k = [record["policies"][k] for record in records]
+        row["imagined_successes"] = sum(p["imagined_successes"] for p in parts_k)
+        if "exploits" in parts_k[0]:
+            row["exploits"] = sum(p["exploits"] for p in parts_k)
+            row["exploit_seeds"] = [s for p in parts_k for s in p["exploit_seeds"]]
+            row["exploit_rate"] = row["exploits"] / row["imagined_successes"] if row["imagined_successes"] else None
+            row["gaps"] = [g for p in parts_k for g in p["gaps"]]
+            row["disagreement"] = [d for p in parts_k for d in p["disagreement"]]
+        rows.append(row)
+    return {"label": first["label"] if label is None else label, "episodes": len(seeds), "seeds": seeds,
+            "seed": first["seed"], "sensitivity": sensitivity, **_policies_summary(rows, "exploits" in rows[0]),
+            "seconds": {key: sum(record["seconds"][key] for record in records) for key in first["seconds"]}}
 
 
 # --- reports --------------------------------------------------------------------------------

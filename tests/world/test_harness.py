@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -26,6 +29,7 @@ from cosmos3_gym.rollout.procedural_world import GOALS, MAX_SPEED, SUCCESS_RADIU
 from cosmos3_gym.world import harness
 from cosmos3_gym.world.envs import ProceduralWorldEnv
 
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 EPISODES = 12
 SEEDS = list(range(EPISODES))
 
@@ -195,6 +199,41 @@ def test_a_near_miss_is_as_far_from_the_truth_as_the_model_is_off(truth):
                                         "held": pytest.approx(np.median(held))}
     assert (f"{np.median(exploits):.2f} for the exploits, {np.median(held):.2f} for the successes that hold"
             in harness.markdown_report(record))
+
+
+def test_records_of_disjoint_seeds_pool_into_the_record_of_all_of_them(truth, tmp_path):
+    """Halves of an evaluation, pooled, equal the whole run wherever the parts' generators do not
+    enter: noiseless policies' episodes, exploits and gaps, and the statistics taken over them. The
+    sensitivity's actions come from each part's start seed, so its pooled numbers are checked against
+    numpy over the parts' joined errors."""
+    policies = {name: policy for name, policy in harness.scripted_policies().items()
+                if name in ("greedy", "half speed", "slow", "still")}
+    run = lambda seed, episodes: json.loads(json.dumps(harness.evaluate_world(  # noqa: E731  (as from disk)
+        NearMissWorld(), truth, policies, episodes=episodes, seed=seed, progress=False)))
+    whole, parts = run(0, EPISODES), [run(0, 5), run(5, EPISODES - 5)]
+    pooled = harness.pool_records(parts)
+    assert pooled["seeds"] == SEEDS and pooled["episodes"] == EPISODES
+    assert pooled["policies"] == whole["policies"] and pooled["agreement"] == whole["agreement"]
+    assert pooled["exploit"] == whole["exploit"] and 0 < whole["exploit"]["exploits"]
+    sens = pooled["sensitivity"]
+    for condition in ("true", "shuffled", "zero"):
+        joined = [e for part in parts for e in part["sensitivity"]["errors"][condition]]
+        assert sens["errors"][condition] == joined
+        assert sens["median_error"][condition] == pytest.approx(np.median([x for e in joined for x in e]))
+    assert sens["ratio"] == pytest.approx(sens["median_error"]["true"] / sens["median_error"]["shuffled"])
+    assert sens["shuffle"] == parts[0]["sensitivity"]["shuffle"] + [5 + i for i in parts[1]["sensitivity"]["shuffle"]]
+    assert all(i != j for i, j in enumerate(sens["shuffle"]))  # still no episode keeps its own actions
+    with pytest.raises(ValueError, match="share reset seeds"):
+        harness.pool_records([parts[0], parts[0]])
+    # benchmarks/pool_world_eval.py does the same to world-eval's files
+    for k, part in enumerate(parts):
+        (tmp_path / str(k)).mkdir()
+        (tmp_path / str(k) / "world_eval.json").write_text(json.dumps({"records": {"near miss": part}}))
+    subprocess.run([sys.executable, str(BENCHMARKS / "pool_world_eval.py"), str(tmp_path / "0"), str(tmp_path / "1"),
+                    "--out", str(tmp_path / "pooled")], check=True, capture_output=True)
+    assert json.loads((tmp_path / "pooled" / "world_eval.json").read_text())["records"]["near miss"] == pooled
+    with pytest.raises(ValueError, match="different policies"):
+        harness.pool_records([parts[0], {**parts[1], "policies": parts[1]["policies"][:2]}])
 
 
 class LateWorld(NearMissWorld):
