@@ -39,6 +39,7 @@ from .world.pusht_coverage import require_gym_pusht
 
 
 WORLDS = ("procedural", "pusht")
+DTYPES = ("", "float32", "bfloat16")  # world-eval's --dtype ("": the model's default for its device)
 OUTPUTS = ("world_eval.json", "world_eval.md", "world_eval.png")  # what a run writes in --out
 
 
@@ -58,6 +59,7 @@ class WorldEvalArgs:
     disagreement: int = 0  # K >= 2: sample each imagined step K times (K times slower); AUROC of the spread
     success_margin: float = 0.0  # pixels, in [0, 4.8): imagined success needs the object this much nearer the goal than the true world's radius (4.8 px); 0: the same rule
     device: str = ""  # "": cuda where torch sees a GPU, else cpu
+    dtype: str = ""  # the world model's: float32 or bfloat16 ("": the model's default, float32 on the CPU, bfloat16 on a GPU)
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
     overwrite: bool = False  # replace the world_eval files already in --out (kept otherwise: the run is refused)
     threads: int = 0  # torch's CPU threads (0: 1 unless OMP_NUM_THREADS is set)
@@ -92,6 +94,9 @@ class WorldEvalArgs:
         from .model.model import check_checkpoint, checked_device
 
         self.device = str(checked_device(self.device or None, name="--device", cpu_hint="--device cpu"))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype {self.dtype!r} is not one of {list(DTYPES)[1:]}; leave it out for the model's "
+                             "default (float32 on the CPU, bfloat16 on a GPU)")
         if self.checkpoint:
             try:
                 check_checkpoint(self.checkpoint)
@@ -133,16 +138,19 @@ class WorldEvalArgs:
 def _worlds(args: WorldEvalArgs) -> tuple:
     """The model, the truth, the policies, ``make_dream(num_steps)``, the harness's keyword arguments,
     the figure's metric and the two worlds' names, for ``args.world``."""
+    import torch
+
     from .model.model import Cosmos3Model
 
     goal = args.goal or None
+    dtype = getattr(torch, args.dtype) if args.dtype else None
     sampler = args.sampler  # the imagined env's guidance_scale and noise_level, where the flags set them
     if args.world == "pusht":
         from .world.pusht import PUSHT_CHECKPOINT, checkpoint_action_frame
         from .world.pusht_data import generate
         from .world.pusht_eval import pusht_harness_kwargs, pusht_policies
 
-        model = Cosmos3Model.from_pretrained(args.checkpoint or PUSHT_CHECKPOINT, device=args.device)
+        model = Cosmos3Model.from_pretrained(args.checkpoint or PUSHT_CHECKPOINT, device=args.device, dtype=dtype)
         action_frame = checkpoint_action_frame(args.checkpoint or PUSHT_CHECKPOINT)  # the frame it was trained in
         truth = gym.make("PushT-Twin-v0", horizon=args.horizon)
         clips = generate(args.clone_clips, seed=args.seed + 1, mix={"push": 1.0}, progress=args.progress)
@@ -151,8 +159,8 @@ def _worlds(args: WorldEvalArgs) -> tuple:
                                                            model=model, action_frame=action_frame, **sampler),
                 pusht_harness_kwargs(), "return",
                 (f"Cosmos3PushT-v0 (actions in the {action_frame} frame)", "PushT-Twin-v0 (gym-pusht)"))
-    model = (Cosmos3Model.from_pretrained(args.checkpoint, device=args.device) if args.checkpoint
-             else Cosmos3Model.embedded(device=args.device))
+    model = (Cosmos3Model.from_pretrained(args.checkpoint, device=args.device, dtype=dtype) if args.checkpoint
+             else Cosmos3Model.embedded(device=args.device, dtype=dtype))
     truth = gym.make("ProceduralWorld-v0", goal=goal, horizon=args.horizon)
     policies = scripted_policies(chunk=truth.action_space.shape[0], noise_levels=args.noise_list)
     return (model, truth, policies, lambda n: gym.make("Cosmos3World-v0", num_steps=n, goal=goal, model=model,
@@ -187,7 +195,8 @@ def main(argv=None) -> dict:
               + (f" --checkpoint {args.checkpoint}" if args.checkpoint else "")
               + (f" --disagreement {args.disagreement}" if args.disagreement else "")
               + (f" --success-margin {args.success_margin}" if args.success_margin else "") +
-              f" --device {args.device}; {platform.machine()}, torch {torch.__version__}, "
+              f" --device {args.device}" + (f" --dtype {args.dtype}" if args.dtype else "") +
+              f"; {platform.machine()}, torch {torch.__version__}, "
               f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")
     sections = [header]
     for label, record in records.items():

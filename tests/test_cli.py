@@ -376,7 +376,11 @@ def test_world_eval_passes_the_sampler_and_success_flags_to_the_imagined_env(tmp
         vector = dream.unwrapped.vector
         assert (vector.preset.guidance_scale, vector.preset.noise_level) == expected[:2]
         assert vector.success_radius * vector.size == pytest.approx(expected[2])  # pixels
+        assert vector.engine.model.dtype == torch.float32  # the CPU's default
         dream.close()
+    dream = _worlds(WorldEvalArgs(device="cpu", dtype="bfloat16", progress=False, out=str(tmp_path)))[3](1)
+    assert dream.unwrapped.vector.engine.model.dtype == torch.bfloat16
+    dream.close()
 
 
 def test_check_counts_its_failures(monkeypatch, capsys, keep_threads):
@@ -415,6 +419,7 @@ def test_world_eval_takes_its_own_flags(capsys, keep_threads):
                            (["--sde-noise", "1.5"], "--sde-noise 1.5: use a noise level in [0, 1]"),
                            (["--sde-noise", "nan"], "--sde-noise nan: use a noise level in [0, 1]"),
                            (["--success-margin", "5"], "--success-margin 5.0: use a number of pixels in [0, 4.8)"),
+                           (["--dtype", "fp32"], "--dtype 'fp32' is not one of ['float32', 'bfloat16']"),
                            (["--world", "pusht", "--success-margin", "1"], "--success-margin are the procedural")):
         with pytest.raises(SystemExit) as exit_:
             cli.main(["world-eval", *flags])
