@@ -16,6 +16,8 @@ from pathlib import Path
 
 from cosmos3_gym.world.harness import markdown_report, pool_records
 
+PER_RUN = {"seed", "episodes", "out", "overwrite", "progress", "threads"}  # world-eval flags a part may set alone
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
@@ -28,10 +30,16 @@ def main(argv=None) -> int:
         parser.error(f"runs: no world_eval.json at {', '.join(missing)}; pass world-eval --out folders")
     runs = [json.loads(f.read_text()) for f in files]
     labels = list(runs[0]["records"])
+    settings = {key: value for key, value in runs[0].get("args", {}).items() if key not in PER_RUN}
     for f, run in zip(files, runs):
         if list(run["records"]) != labels:
             parser.error(f"runs: {f} has settings {list(run['records'])}, the first run {labels}; "
                          "pool runs of the same settings")
+        differ = sorted(key for key in set(settings) | set(run.get("args", {})) if key not in PER_RUN
+                        and run.get("args", {}).get(key) != settings.get(key))
+        if differ:
+            parser.error(f"runs: {f} was run with other flags than {files[0]} ({', '.join(differ)}); "
+                         "pool runs that differ only in --seed and --episodes")
     pooled = {label: pool_records([run["records"][label] for run in runs]) for label in labels}
     for label, record in pooled.items():
         print(f"## {label}, seeds {record['seeds'][0]}-{record['seeds'][-1]} pooled from {len(runs)} runs\n")

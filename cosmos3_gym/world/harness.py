@@ -546,6 +546,9 @@ def pool_records(records: Sequence[dict], label: str | None = None) -> dict:
         raise ValueError(f"records share reset seeds ({sorted(s for s in set(seeds) if seeds.count(s) > 1)}); "
                          "pool evaluations of disjoint seeds (evaluate_world's seed .. seed + episodes - 1)")
     for record in records[1:]:
+        if record["label"] != first["label"]:
+            raise ValueError(f"records are of different settings ({first['label']!r} and {record['label']!r}); "
+                             "pool runs of the same worlds and settings")
         if [r["name"] for r in record["policies"]] != names:
             raise ValueError(f"records score different policies ({names} and "
                              f"{[r['name'] for r in record['policies']]}); pool runs of the same policies")

@@ -228,10 +228,17 @@ def test_records_of_disjoint_seeds_pool_into_the_record_of_all_of_them(truth, tm
     # benchmarks/pool_world_eval.py does the same to world-eval's files
     for k, part in enumerate(parts):
         (tmp_path / str(k)).mkdir()
-        (tmp_path / str(k) / "world_eval.json").write_text(json.dumps({"records": {"near miss": part}}))
-    subprocess.run([sys.executable, str(BENCHMARKS / "pool_world_eval.py"), str(tmp_path / "0"), str(tmp_path / "1"),
-                    "--out", str(tmp_path / "pooled")], check=True, capture_output=True)
+        (tmp_path / str(k) / "world_eval.json").write_text(json.dumps({"args": {"seed": 5 * k, "success_margin": 0.0},
+                                                                        "records": {"near miss": part}}))
+    pool = [sys.executable, str(BENCHMARKS / "pool_world_eval.py"), str(tmp_path / "0"), str(tmp_path / "1")]
+    subprocess.run([*pool, "--out", str(tmp_path / "pooled")], check=True, capture_output=True)
     assert json.loads((tmp_path / "pooled" / "world_eval.json").read_text())["records"]["near miss"] == pooled
+    (tmp_path / "1" / "world_eval.json").write_text(json.dumps({"args": {"seed": 5, "success_margin": 2.0},
+                                                                "records": {"near miss": parts[1]}}))
+    refused = subprocess.run(pool, capture_output=True, text=True)
+    assert refused.returncode == 2 and "was run with other flags than" in refused.stderr and "(success_margin)" in refused.stderr
+    with pytest.raises(ValueError, match="different settings"):
+        harness.pool_records([parts[0], {**parts[1], "label": "num_steps=4"}])
     with pytest.raises(ValueError, match="different policies"):
         harness.pool_records([parts[0], {**parts[1], "policies": parts[1]["policies"][:2]}])
 
