@@ -59,7 +59,7 @@ class WorldEvalArgs:
     disagreement: int = 0  # K >= 2: sample each imagined step K times (K times slower); AUROC of the spread
     success_margin: float = 0.0  # pixels, in [0, 4.8): imagined success needs the object this much nearer the goal than the true world's radius (4.8 px); 0: the same rule
     device: str = ""  # "": cuda where torch sees a GPU, else cpu
-    dtype: str = ""  # the world model's: float32 or bfloat16 ("": the model's default, float32 on the CPU, bfloat16 on a GPU)
+    dtype: str = ""  # the world model's: float32 or bfloat16 ("": the model's default, float32 on the CPU, bfloat16 on a GPU; bfloat16 on the CPU is 10-25x slower)
     out: str = "out/world_eval"  # a folder: world_eval.json, world_eval.md, world_eval.png
     overwrite: bool = False  # replace the world_eval files already in --out (kept otherwise: the run is refused)
     threads: int = 0  # torch's CPU threads (0: 1 unless OMP_NUM_THREADS is set)
@@ -91,12 +91,13 @@ class WorldEvalArgs:
         if self.goal and self.goal not in GOALS:
             raise ValueError(f"--goal {self.goal!r} is not a goal corner; use one of {list(GOALS)} (quoted), or "
                              "leave it out for a random corner per episode")
-        from .model.model import check_checkpoint, checked_device
+        from .model.model import check_checkpoint, checked_device, default_dtype
 
         self.device = str(checked_device(self.device or None, name="--device", cpu_hint="--device cpu"))
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype {self.dtype!r} is not one of {list(DTYPES)[1:]}; leave it out for the model's "
                              "default (float32 on the CPU, bfloat16 on a GPU)")
+        self.dtype = self.dtype or str(default_dtype(self.device)).removeprefix("torch.")  # recorded as run
         if self.checkpoint:
             try:
                 check_checkpoint(self.checkpoint)
@@ -143,7 +144,7 @@ def _worlds(args: WorldEvalArgs) -> tuple:
     from .model.model import Cosmos3Model
 
     goal = args.goal or None
-    dtype = getattr(torch, args.dtype) if args.dtype else None
+    dtype = getattr(torch, args.dtype)
     sampler = args.sampler  # the imagined env's guidance_scale and noise_level, where the flags set them
     if args.world == "pusht":
         from .world.pusht import PUSHT_CHECKPOINT, checkpoint_action_frame
@@ -195,7 +196,7 @@ def main(argv=None) -> dict:
               + (f" --checkpoint {args.checkpoint}" if args.checkpoint else "")
               + (f" --disagreement {args.disagreement}" if args.disagreement else "")
               + (f" --success-margin {args.success_margin}" if args.success_margin else "") +
-              f" --device {args.device}" + (f" --dtype {args.dtype}" if args.dtype else "") +
+              f" --device {args.device} --dtype {args.dtype}" +
               f"; {platform.machine()}, torch {torch.__version__}, "
               f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")
     sections = [header]

@@ -531,20 +531,31 @@ def evaluate_world(imagined, truth, policies: Mapping[str, Any] | None = None, *
 
 def pool_records(records: Sequence[dict], label: str | None = None) -> dict:
     """One record from several :func:`evaluate_world` records of the same worlds and policies over
-    disjoint reset seeds (a long evaluation split across processes or machines): the episodes joined,
-    every statistic recomputed from them (intervals resampled with the first record's ``seed``).
-    Each part drew its own actions, shuffle and policy noise from its own start seed, so the pool is
-    an evaluation of all its seeds, not one run from the first seed bit for bit. A measure of
-    ``metrics`` keeps its mean and per-step mean (weighted by its step pairs); its per-step median,
-    which the records do not keep the values for, is None."""
-    if not records:
-        raise ValueError("records is empty; pass the records of at least one evaluate_world run")
+    disjoint reset seeds (a long evaluation split across processes or machines): the episodes joined in
+    the order of the parts' first seeds, every statistic recomputed from them (intervals resampled with
+    the first part's ``seed``). Each part drew its own actions, shuffle and policy noise from its own
+    start seed, so the pool is an evaluation of all its seeds, not one run from the first seed bit for
+    bit. A measure of ``metrics`` keeps its mean and per-step mean (weighted by its step pairs; None
+    where a part's is); its per-step median, which the records do not keep the values for, is None.
+    The records must agree on their label (the settings it names), policies, horizon and whether
+    exploits were measured; what the label does not name (the checkpoint, the model's dtype, the
+    disagreement's samples) is the caller's to keep the same."""
+    if isinstance(records, Mapping) or not isinstance(records, Sequence) or not records:
+        raise ValueError(f"records is {type(records).__name__} {'empty' if not records else ''}; pass a list of "
+                         "one or more evaluate_world records")
+    for k, record in enumerate(records):
+        missing = [key for key in ("label", "seeds", "seed", "sensitivity", "policies", "seconds")
+                   if not isinstance(record, Mapping) or key not in record]
+        if missing:
+            raise ValueError(f"records[{k}] lacks {missing}; pass records as evaluate_world returns them")
+    records = sorted(records, key=lambda record: min(record["seeds"], default=0))
     first = records[0]
     names = [r["name"] for r in first["policies"]]
     seeds = [s for record in records for s in record["seeds"]]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"records share reset seeds ({sorted(s for s in set(seeds) if seeds.count(s) > 1)}); "
                          "pool evaluations of disjoint seeds (evaluate_world's seed .. seed + episodes - 1)")
+
     for record in records[1:]:
         if record["label"] != first["label"]:
             raise ValueError(f"records are of different settings ({first['label']!r} and {record['label']!r}); "
@@ -553,14 +564,19 @@ def pool_records(records: Sequence[dict], label: str | None = None) -> dict:
             raise ValueError(f"records score different policies ({names} and "
                              f"{[r['name'] for r in record['policies']]}); pool runs of the same policies")
         if record["sensitivity"]["horizon"] != first["sensitivity"]["horizon"]:
-            raise ValueError("records have different horizons; pool runs of the same horizon")
+            raise ValueError(f"records have different horizons ({first['sensitivity']['horizon']} and "
+                             f"{record['sensitivity']['horizon']}); pool runs of the same horizon")
+        if ("exploit" in record) != ("exploit" in first):
+            raise ValueError("some records measured exploits and some did not; pool runs made alike")
     parts = [record["sensitivity"] for record in records]
     horizon, offsets = first["sensitivity"]["horizon"], np.cumsum([0] + [len(r["seeds"]) for r in records])
     errors = {c: [e for part in parts for e in part["errors"][c]] for c in first["sensitivity"]["errors"]}
 
-    def weighted(values, weights):
-        pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
-        return float(np.average([v for v, _ in pairs], weights=[w for _, w in pairs])) if pairs else None
+    def weighted(values, weights):  # None where a part with weight has none (a single run's mean would be too)
+        pairs = [(v, w) for v, w in zip(values, weights) if w]
+        if not pairs or any(v is None for v, _ in pairs):
+            return None
+        return float(np.average([v for v, _ in pairs], weights=[w for _, w in pairs]))
 
     sensitivity = {
         "zero_label": first["sensitivity"].get("zero_label", "zero"),

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -201,17 +199,25 @@ def test_a_near_miss_is_as_far_from_the_truth_as_the_model_is_off(truth):
             in harness.markdown_report(record))
 
 
-def test_records_of_disjoint_seeds_pool_into_the_record_of_all_of_them(truth, tmp_path):
-    """Halves of an evaluation, pooled, equal the whole run wherever the parts' generators do not
-    enter: noiseless policies' episodes, exploits and gaps, and the statistics taken over them. The
-    sensitivity's actions come from each part's start seed, so its pooled numbers are checked against
-    numpy over the parts' joined errors."""
+@pytest.fixture(scope="module")
+def pool_parts(truth):
+    """A NearMissWorld evaluation over seeds 0-11 with noiseless policies, and the same as two parts
+    (seeds 0-4 and 5-11), as read back from JSON."""
     policies = {name: policy for name, policy in harness.scripted_policies().items()
                 if name in ("greedy", "half speed", "slow", "still")}
     run = lambda seed, episodes: json.loads(json.dumps(harness.evaluate_world(  # noqa: E731  (as from disk)
         NearMissWorld(), truth, policies, episodes=episodes, seed=seed, progress=False)))
-    whole, parts = run(0, EPISODES), [run(0, 5), run(5, EPISODES - 5)]
+    return run(0, EPISODES), [run(0, 5), run(5, EPISODES - 5)]
+
+
+def test_records_of_disjoint_seeds_pool_into_the_record_of_all_of_them(pool_parts):
+    """Halves of an evaluation, pooled, equal the whole run wherever the parts' generators do not
+    enter: noiseless policies' episodes, exploits and gaps, and the statistics taken over them. The
+    sensitivity's actions come from each part's start seed, so its pooled numbers are checked against
+    numpy over the parts' joined errors."""
+    whole, parts = pool_parts
     pooled = harness.pool_records(parts)
+    assert harness.pool_records(parts[::-1]) == pooled  # in the order of their seeds, however given
     assert pooled["seeds"] == SEEDS and pooled["episodes"] == EPISODES
     assert pooled["policies"] == whole["policies"] and pooled["agreement"] == whole["agreement"]
     assert pooled["exploit"] == whole["exploit"] and 0 < whole["exploit"]["exploits"]
@@ -223,24 +229,66 @@ def test_records_of_disjoint_seeds_pool_into_the_record_of_all_of_them(truth, tm
     assert sens["ratio"] == pytest.approx(sens["median_error"]["true"] / sens["median_error"]["shuffled"])
     assert sens["shuffle"] == parts[0]["sensitivity"]["shuffle"] + [5 + i for i in parts[1]["sensitivity"]["shuffle"]]
     assert all(i != j for i, j in enumerate(sens["shuffle"]))  # still no episode keeps its own actions
-    with pytest.raises(ValueError, match="share reset seeds"):
-        harness.pool_records([parts[0], parts[0]])
-    # benchmarks/pool_world_eval.py does the same to world-eval's files
-    for k, part in enumerate(parts):
-        (tmp_path / str(k)).mkdir()
-        (tmp_path / str(k) / "world_eval.json").write_text(json.dumps({"args": {"seed": 5 * k, "success_margin": 0.0},
-                                                                        "records": {"near miss": part}}))
-    pool = [sys.executable, str(BENCHMARKS / "pool_world_eval.py"), str(tmp_path / "0"), str(tmp_path / "1")]
-    subprocess.run([*pool, "--out", str(tmp_path / "pooled")], check=True, capture_output=True)
-    assert json.loads((tmp_path / "pooled" / "world_eval.json").read_text())["records"]["near miss"] == pooled
-    (tmp_path / "1" / "world_eval.json").write_text(json.dumps({"args": {"seed": 5, "success_margin": 2.0},
-                                                                "records": {"near miss": parts[1]}}))
-    refused = subprocess.run(pool, capture_output=True, text=True)
-    assert refused.returncode == 2 and "was run with other flags than" in refused.stderr and "(success_margin)" in refused.stderr
-    with pytest.raises(ValueError, match="different settings"):
-        harness.pool_records([parts[0], {**parts[1], "label": "num_steps=4"}])
-    with pytest.raises(ValueError, match="different policies"):
-        harness.pool_records([parts[0], {**parts[1], "policies": parts[1]["policies"][:2]}])
+    # a measure one part could not take (None) leaves the pooled one None, as one run's would be
+    metric = lambda mean: {"iou": {"mean": mean, "per_step": {"median": [None] * 8, "mean": [mean] * 8,  # noqa: E731
+                                                             "count": [5] * 8}}}
+    with_metric = [{**part, "sensitivity": {**part["sensitivity"], "metrics": metric(m)}}
+                   for part, m in zip(parts, (None, 0.5))]
+    assert harness.pool_records(with_metric)["sensitivity"]["metrics"]["iou"]["mean"] is None
+    assert harness.pool_records([with_metric[1]])["sensitivity"]["metrics"]["iou"]["mean"] == 0.5
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a, b: [a, a], r"share reset seeds \(\[0, 1, 2, 3, 4\]\)"),
+    (lambda a, b: [a, {**b, "label": "num_steps=4"}], "different settings"),
+    (lambda a, b: [a, {**b, "policies": b["policies"][:2]}], "different policies"),
+    (lambda a, b: [a, {**b, "sensitivity": {**b["sensitivity"], "horizon": 3}}], r"different horizons \(8 and 3\)"),
+    (lambda a, b: [a, {k: v for k, v in b.items() if k != "exploit"}], "measured exploits and some did not"),
+    (lambda a, b: [a, {k: v for k, v in b.items() if k != "policies"}], r"records\[1\] lacks \['policies'\]"),
+    (lambda a, b: [], "empty"),
+    (lambda a, b: {"a": a}, "pass a list"),
+])
+def test_records_that_do_not_pool_are_refused(pool_parts, change, message):
+    with pytest.raises(ValueError, match=message):
+        harness.pool_records(change(*pool_parts[1]))
+
+
+def test_pool_world_eval_pools_world_eval_files_and_refuses_what_does_not_pool(pool_parts, tmp_path, capsys):
+    """benchmarks/pool_world_eval.py: world-eval's files pooled as pool_records pools their records;
+    runs of other flags, PushT runs, non-JSON and a --out that is a run or a file refused, one line each."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pool_world_eval", BENCHMARKS / "pool_world_eval.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    parts = pool_parts[1]
+
+    def write(folder, part, **args):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / "world_eval.json").write_text(json.dumps(
+            {"args": {"seed": part["seed"], "device": "cpu", "success_margin": 0.0, **args}, "records": {"m": part}}))
+        return str(tmp_path / folder)
+
+    a, b = write("a", parts[0]), write("b", parts[1], dtype="float32")  # "" or no dtype: the CPU's float32
+    assert script.main([b, a, "--out", str(tmp_path / "pooled")]) == 0
+    assert "## m, seeds 0-11 pooled from 2 runs" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "pooled" / "world_eval.json").read_text())
+    assert saved["records"]["m"] == harness.pool_records(parts) and saved["args"]["dtype"] == "float32"
+    assert script.seed_ranges([0, 1, 2, 7, 8, 10]) == "0-2, 7-8, 10"
+    (tmp_path / "a_file").write_text("x")
+    for argv, message in (([a, write("c", parts[1], success_margin=2.0)], "other flags than"),
+                          ([a, write("d", parts[1], world="pusht")], "is a --world pusht run"),
+                          ([a, str(tmp_path / "a_file")], "is not JSON"),
+                          ([a, a], "share reset seeds"),
+                          ([a, b, "--out", a], "is one of the runs"),
+                          ([a, b, "--out", str(tmp_path / "a_file")], "is a file"),
+                          ([a, b, "--out", str(tmp_path / "pooled")], "already holds world_eval.json; add --overwrite"),
+                          ([str(tmp_path / "nothing")], "no world_eval.json at")):
+        with pytest.raises(SystemExit) as exit_:
+            script.main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and message in err and "Traceback" not in err, (argv, err)
+    assert json.loads((tmp_path / "a" / "world_eval.json").read_text())["records"]["m"] == parts[0]  # untouched
 
 
 class LateWorld(NearMissWorld):
