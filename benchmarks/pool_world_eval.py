@@ -3,7 +3,8 @@
 A 36-seed evaluation takes about ten minutes on an H100 in one process; three processes of 12 seeds
 (`--seed 0`, `--seed 12`, `--seed 24`) run side by side in a third of that. This reads their
 `world_eval.json` files, pools each setting's records with `cosmos3_gym.world.harness.pool_records`
-(episodes joined, every statistic recomputed), and prints the markdown report of each. The runs must
+(episodes joined, every statistic recomputed), and prints the markdown report of each with its verdict
+against the procedural world's targets (also written to `--out` as world_eval.md). The runs must
 differ only in `--seed`, `--episodes` and where and how they ran (`--out`, `--threads`, ...): the
 procedural world only (PushT's clone policy is trained from clips drawn from `--seed`, so its runs
 score different clones under one name).
@@ -18,6 +19,7 @@ import json
 from pathlib import Path
 
 from cosmos3_gym.world.harness import markdown_report, pool_records
+from cosmos3_gym.world_eval import LEGEND, verdict
 
 PER_RUN = {"seed", "episodes", "out", "overwrite", "progress", "threads"}  # world-eval flags a part may set alone
 DEFAULT_DTYPE = {"cpu": "float32"}  # a run recorded before --dtype (or with it empty) ran the model's default
@@ -45,8 +47,8 @@ def seed_ranges(seeds: list[int]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("runs", nargs="+", type=Path, help="world-eval --out folders (or their world_eval.json)")
-    parser.add_argument("--out", type=Path, default=None, help="a folder for the pooled world_eval.json")
-    parser.add_argument("--overwrite", action="store_true", help="replace a world_eval.json already in --out")
+    parser.add_argument("--out", type=Path, default=None, help="a folder for the pooled world_eval.json and .md")
+    parser.add_argument("--overwrite", action="store_true", help="replace the world_eval files already in --out")
     args = parser.parse_args(argv)
     files = [run / "world_eval.json" if run.is_dir() else run for run in args.runs]
     missing = [str(f) for f in files if not f.is_file()]
@@ -57,8 +59,10 @@ def main(argv=None) -> int:
             parser.error(f"--out {str(args.out)!r} is a file; pass a folder")
         if args.out.resolve() in {f.parent.resolve() for f in files}:
             parser.error(f"--out {str(args.out)!r} is one of the runs; pass another folder")
-        if (args.out / "world_eval.json").exists() and not args.overwrite:
-            parser.error(f"--out {str(args.out)!r} already holds world_eval.json; add --overwrite or choose another folder")
+        present = [name for name in ("world_eval.json", "world_eval.md") if (args.out / name).exists()]
+        if present and not args.overwrite:
+            parser.error(f"--out {str(args.out)!r} already holds {', '.join(present)}; add --overwrite or choose "
+                         "another folder")
     runs = []
     for f in files:
         try:
@@ -85,14 +89,21 @@ def main(argv=None) -> int:
         pooled = {label: pool_records([run["records"][label] for run in runs]) for label in labels}
     except ValueError as error:
         parser.error(f"runs: {error}")
+    shared = settings(runs[0])
+    sections = [f"# {len(runs)} world-eval runs pooled ({', '.join(str(f) for f in files)}); the flags they share: "
+                + ", ".join(f"{key}={value!r}" for key, value in sorted(shared.items())), "", LEGEND]
     for label, record in pooled.items():
-        print(f"## {label}, seeds {seed_ranges(record['seeds'])} pooled from {len(runs)} runs\n")
-        print(markdown_report(record, heading=False) + "\n")
+        sections += [f"## {label}, seeds {seed_ranges(record['seeds'])} pooled from {len(runs)} runs", "",
+                     markdown_report(record, heading=False), f"- {verdict(record)}", ""]
+    text = "\n".join(sections)
+    print(text)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        shared = {**settings(runs[0]), "seed": pooled[labels[0]]["seed"], "episodes": pooled[labels[0]]["episodes"]}
+        first = pooled[labels[0]]
         (args.out / "world_eval.json").write_text(json.dumps(
-            {"args": shared, "runs": [str(f) for f in files], "records": pooled}, allow_nan=False))
+            {"args": {**shared, "seed": first["seed"], "episodes": first["episodes"]}, "runs": [str(f) for f in files],
+             "records": pooled}, allow_nan=False))
+        (args.out / "world_eval.md").write_text(text)
     return 0
 
 

@@ -1,9 +1,14 @@
 """How far can the dream be trusted? ``Cosmos3World-v0`` scored against ``ProceduralWorld-v0``, or
 ``Cosmos3PushT-v0`` against gym-pusht (``--world pusht``).
 
-    cosmos3-gym world-eval --out out/world_eval   # world_eval.json, .md, .png there
-    cosmos3-gym world-eval --num-steps 4 --episodes 4   # a quicker look
-    cosmos3-gym world-eval --world pusht --num-steps 4 --episodes 10 --out out/pusht_eval
+    cosmos3-gym world-eval --out out/world_eval   # world_eval.json, .md, .png there (2-core CPU: ~13 min)
+    cosmos3-gym world-eval --num-steps 4 --episodes 4   # a quicker look (~4 min)
+    cosmos3-gym world-eval --world pusht --num-steps 4 --episodes 10 --out out/pusht_eval   # ~27 min
+
+The .md explains its terms (exploits, MMRV, ...) and ends each setting with its verdict against the
+targets of its world (procedural: sensitivity ratio <= 0.2, Spearman rho >= 0.95, exploit rate
+<= 5 %; PushT: 0.3, 0.9 on return, 10 %). An exploit rate of a few percent needs a hundred or more
+seeds: split a run by ``--seed`` over processes and join them with benchmarks/pool_world_eval.py.
 
 For each number of denoising steps per imagined chunk (``--num-steps``, comma-separated; 8 is
 ``Cosmos3World-v0``'s default), :func:`cosmos3_gym.world.harness.evaluate_world` runs the imagined
@@ -39,6 +44,23 @@ from .world.pusht_coverage import require_gym_pusht
 
 
 WORLDS = ("procedural", "pusht")
+# The trust targets of each world: sensitivity ratio at most, Spearman rho (the figure's metric) at least,
+# exploit rate at most
+TARGETS = {"procedural": {"ratio": 0.2, "spearman": 0.95, "exploit_rate": 0.05},
+           "pusht": {"ratio": 0.3, "spearman": 0.9, "exploit_rate": 0.10}}
+LEGEND = """How to read it (cosmos3_gym.world.harness): the dream and its twin start every episode from the same reset seed.
+- Action sensitivity: the object's centre in the dream against the twin's, in pixels, under the episode's own
+  actions, another episode's (shuffled) and zero actions. The ratio is the median error under the true actions over
+  the median under shuffled ones: 0 when the dream follows the actions, about 1 when it ignores them. A step pair is
+  one step compared where both episodes still run; a drift of n/a is a step no episode reached (success ends one).
+- Per policy: success and return in each world, the mean over the episodes with a 95 % bootstrap interval [low, high].
+  "object lost": the share of imagined episodes whose last frame shows no object.
+- Exploits k/n: of n imagined successes, k whose actions, replayed open loop in the twin from the same seed, never
+  succeed there. A policy can succeed as often in both worlds and still exploit: other episodes succeed in each.
+- Across policies: Pearson r and Spearman rho of the scores in the two worlds, and MMRV (mean maximum rank violation:
+  for each policy, the largest true-score gap to a policy the dream orders the other way; 0 = the dream's ranking
+  loses nothing, in the units of the score).
+"""
 DTYPES = ("", "float32", "bfloat16")  # world-eval's --dtype ("": the model's default for its device)
 OUTPUTS = ("world_eval.json", "world_eval.md", "world_eval.png")  # what a run writes in --out
 
@@ -170,6 +192,23 @@ def _worlds(args: WorldEvalArgs) -> tuple:
             {}, "success", ("Cosmos3World-v0", "ProceduralWorld-v0"))
 
 
+def verdict(record: dict, world: str = "procedural", metric: str = "success") -> str:
+    """One line: the record's sensitivity ratio, Spearman rho on ``metric`` and exploit rate against
+    :data:`TARGETS` of ``world``, each met or missed (n/a where the record has none)."""
+    numbers, target = key_numbers(record), TARGETS[world]
+    checks = (("sensitivity ratio", numbers["ratio"], "<=", target["ratio"], "{:.2f}"),
+              (f"Spearman rho on {metric}", numbers[metric]["spearman"], ">=", target["spearman"], "{:.2f}"),
+              ("exploit rate", numbers["exploit_rate"], "<=", target["exploit_rate"], "{:.1%}"))
+    parts = []
+    for name, value, op, bound, fmt in checks:
+        if value is None:
+            parts.append(f"{name} n/a ({op} {fmt.format(bound)})")
+        else:
+            met = value <= bound if op == "<=" else value >= bound
+            parts.append(f"{name} {fmt.format(value)} ({op} {fmt.format(bound)}: {'met' if met else 'missed'})")
+    return "against the targets of this world: " + "; ".join(parts)
+
+
 def main(argv=None) -> dict:
     args = parse_args(WorldEvalArgs, argv, __doc__, prog="cosmos3-gym world-eval")
     import torch  # after the flags: `world-eval --help` loads neither torch nor diffusers
@@ -199,12 +238,13 @@ def main(argv=None) -> dict:
               f" --device {args.device} --dtype {args.dtype}" +
               f"; {platform.machine()}, torch {torch.__version__}, "
               f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")
-    sections = [header]
+    sections = [header, "", LEGEND]
     for label, record in records.items():
         sec = record["seconds"]
-        sections += ["", f"## {dream_name} {label} vs {truth_name} ({args.episodes} episodes per "
+        sections += [f"## {dream_name} {label} vs {truth_name} ({args.episodes} episodes per "
                      f"policy, seeds {args.seed}-{args.seed + args.episodes - 1}; sensitivity "
-                     f"{sec['sensitivity']:.0f} s, policies {sec['policies']:.0f} s)", "", markdown_report(record, heading=False)]
+                     f"{sec['sensitivity']:.0f} s, policies {sec['policies']:.0f} s)", "", markdown_report(record, heading=False),
+                     f"- {verdict(record, args.world, metric)}", ""]
     text = "\n".join(sections) + "\n"
     (out / "world_eval.md").write_text(text)
     (out / "world_eval.json").write_text(json.dumps({"args": {k: v for k, v in asdict(args).items()},

@@ -471,6 +471,9 @@ def test_world_eval_writes_its_record_table_and_figure(tmp_path, monkeypatch, ke
     assert "world-eval --horizon 2 --episodes 2 " in (tmp_path / "world_eval.md").read_text().splitlines()[0]
     assert "--guidance 4 " in (tmp_path / "world_eval.md").read_text().splitlines()[0]
     assert " --device cpu --dtype float32;" in (tmp_path / "world_eval.md").read_text().splitlines()[0]
+    md = (tmp_path / "world_eval.md").read_text()
+    assert "How to read it" in md and "MMRV (mean maximum rank violation" in md
+    assert md.count("- against the targets of this world: sensitivity ratio ") == 1  # one setting, one verdict
     assert json.loads((tmp_path / "world_eval.json").read_text())["args"]["dtype"] == "float32"  # as run, not ""
     assert (tmp_path / "world_eval.png").read_bytes()[:4] == b"\x89PNG" and record
 

@@ -271,7 +271,9 @@ def test_pool_world_eval_pools_world_eval_files_and_refuses_what_does_not_pool(p
 
     a, b = write("a", parts[0]), write("b", parts[1], dtype="float32")  # "" or no dtype: the CPU's float32
     assert script.main([b, a, "--out", str(tmp_path / "pooled")]) == 0
-    assert "## m, seeds 0-11 pooled from 2 runs" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "## m, seeds 0-11 pooled from 2 runs" in out and "the flags they share: device='cpu', dtype='float32'" in out
+    assert (tmp_path / "pooled" / "world_eval.md").read_text().rstrip("\n") == out.rstrip("\n")
     saved = json.loads((tmp_path / "pooled" / "world_eval.json").read_text())
     assert saved["records"]["m"] == harness.pool_records(parts) and saved["args"]["dtype"] == "float32"
     assert script.seed_ranges([0, 1, 2, 7, 8, 10]) == "0-2, 7-8, 10"
@@ -282,7 +284,7 @@ def test_pool_world_eval_pools_world_eval_files_and_refuses_what_does_not_pool(p
                           ([a, a], "share reset seeds"),
                           ([a, b, "--out", a], "is one of the runs"),
                           ([a, b, "--out", str(tmp_path / "a_file")], "is a file"),
-                          ([a, b, "--out", str(tmp_path / "pooled")], "already holds world_eval.json; add --overwrite"),
+                          ([a, b, "--out", str(tmp_path / "pooled")], "already holds world_eval.json, world_eval.md; add --overwrite"),
                           ([str(tmp_path / "nothing")], "no world_eval.json at")):
         with pytest.raises(SystemExit) as exit_:
             script.main(argv)
@@ -325,6 +327,16 @@ def test_a_pessimistic_copy_of_the_truth_never_exploits_and_succeeds_no_sooner(t
             assert not imagined_won or steps <= imagined_steps, row["name"]
             counts += won, imagined_won
     assert counts[1] < counts[0]  # the margin turns some true successes into imagined failures or later ones
+
+
+def test_the_verdict_judges_each_target_and_says_na_where_a_record_has_none(copy_record, truth):
+    from cosmos3_gym.world_eval import verdict
+
+    assert verdict(copy_record) == ("against the targets of this world: sensitivity ratio 0.00 (<= 0.20: met); "
+                                    "Spearman rho on success 1.00 (>= 0.95: met); exploit rate 0.0% (<= 5.0%: met)")
+    frozen = harness.evaluate_world(FrozenWorld(), truth, episodes=2, progress=False)
+    assert verdict(frozen, "pusht", "return").endswith(
+        "sensitivity ratio 1.00 (<= 0.30: missed); Spearman rho on return n/a (>= 0.90); exploit rate n/a (<= 10.0%)")
 
 
 def test_the_record_is_json_and_renders(copy_record, tmp_path):
