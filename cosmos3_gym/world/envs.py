@@ -128,7 +128,7 @@ class ProceduralWorldEnv(gym.Env):
 
     ## Info
     ``prompt``, ``frames`` (uint8 ``[chunk, size, size, 3]``), ``position`` (the object's centre,
-    pixels), ``success``.
+    pixels), ``success`` and ``is_success`` (the same, the key SB3's logger reads at an episode's end).
 
     ## Arguments
     ``gym.make("ProceduralWorld-v0", chunk=8, horizon=8, size=32, goal=None, render_mode=None)``.
@@ -188,7 +188,8 @@ class ProceduralWorldEnv(gym.Env):
         truncated = t >= self.horizon and not success
         self.t = None if success or truncated else t
         return self.frame.copy(), reward, success, truncated, {
-            "prompt": self.task.prompt, "frames": frames, "position": self.position, "success": success}
+            "prompt": self.task.prompt, "frames": frames, "position": self.position, "success": success,
+            "is_success": success}
 
     def render(self):
         return None if not can_render(self) or self.task is None else self.frame.copy()
@@ -501,7 +502,17 @@ def make_world_vector_env(**keywords) -> Cosmos3WorldVectorEnv:
     return checked_vector_env(Cosmos3WorldVectorEnv, keywords)
 
 
-class Cosmos3WorldEnv(SingleEnvView):
+class WorldEnvView(SingleEnvView):
+    """One env of a world vector env whose step info also carries ``is_success`` (its ``success``), the
+    key SB3's logger reads at an episode's end, as the ground-truth worlds' infos do."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        info["is_success"] = info["success"]
+        return obs, reward, terminated, truncated, info
+
+
+class Cosmos3WorldEnv(WorldEnvView):
     """The procedural world's push task, each step imagined by Cosmos 3: one env of
     :class:`Cosmos3WorldVectorEnv` (its docstring has every detail).
 
@@ -516,8 +527,11 @@ class Cosmos3WorldEnv(SingleEnvView):
     ``success_margin``), truncated after ``horizon`` steps.
 
     ## Info
-    ``prompt``, ``frames`` (the imagined chunk), ``success``, ``log_prob_sum`` and ``trajectory`` (the
-    denoising trajectory, to RL-tune the world model); ``disagreement`` with ``disagreement=K``.
+    ``prompt``, ``frames`` (the imagined chunk), ``success`` and ``is_success`` (the same, the key SB3's
+    logger reads), ``log_prob_sum`` and ``trajectory`` (the denoising trajectory, to RL-tune the world
+    model); ``disagreement`` with ``disagreement=K``. No ``position``: the dream has no true state (the
+    harness reads the object from the frames, :func:`~cosmos3_gym.world.harness.object_centre`).
+    ``render()`` (``render_mode="rgb_array"``) returns the current frame, uint8 ``(size, size, 3)``.
 
     ## Arguments
     ``gym.make("Cosmos3World-v0", chunk=8, horizon=8, size=32, goal=None, num_steps=8, kind="sde",

@@ -59,10 +59,10 @@ from gymnasium.vector.utils import batch_space
 
 from ..env.infos import object_column
 from ..env.rendering import can_render
-from ..env.single_view import SingleEnvView, check_view_keywords, checked_vector_env
+from ..env.single_view import check_view_keywords, checked_vector_env
 from ..env.spaces import checked_action, checked_options
 from ..rollout.seeding import SEED_RANGE, checked_seed
-from .envs import Cosmos3WorldVectorEnv, _checked_int, checked_chunk, training_record
+from .envs import Cosmos3WorldVectorEnv, WorldEnvView, _checked_int, checked_chunk, training_record
 from .pusht_coverage import SIZE, agent_position, chunk_coverages, make_pusht, pusht_reward
 
 CHUNK = 8  # gym-pusht actions per step (Cosmos 3 generates 1 + 4m frames: chunk is a multiple of 4)
@@ -359,7 +359,7 @@ def make_pusht_vector_env(**keywords) -> Cosmos3PushTVectorEnv:
     return checked_vector_env(Cosmos3PushTVectorEnv, keywords)
 
 
-class Cosmos3PushTEnv(SingleEnvView):
+class Cosmos3PushTEnv(WorldEnvView):
     """PushT imagined by Cosmos 3: one env of :class:`Cosmos3PushTVectorEnv` (its docstring and the
     module's have every detail).
 
@@ -395,10 +395,6 @@ class Cosmos3PushTEnv(SingleEnvView):
         super().__init__(Cosmos3PushTVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
                                                **kwargs), render_mode, bounds_hint=TARGET_HINT)
 
-    def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
-        info["is_success"] = info["success"]
-        return obs, reward, terminated, truncated, info
 
     def render(self):
         return self.vector.render()[0] if can_render(self) else None

@@ -222,6 +222,22 @@ def test_same_step_autoreset_and_the_sb3_adapter(world):
 REPORTED_FORWARD_ERROR_PX = 1.85
 
 
+def test_both_worlds_report_is_success_as_sb3_reads_it(tiny_model):
+    """Each step's info carries ``is_success`` (SB3's logger reads it at an episode's end) equal to
+    ``success``, in the truth and in the dream, as PushT's worlds do."""
+    for env in (gym.make("ProceduralWorld-v0", horizon=2), gym.make("Cosmos3World-v0", model=tiny_model, num_steps=1,
+                                                                     horizon=2)):
+        env.reset(seed=3)
+        truth = gym.make("ProceduralWorld-v0")
+        truth.reset(seed=3)
+        task = truth.unwrapped.task
+        gx, gy = (g * 32 for g in GOALS[task.goal])
+        toward = np.clip([(gx - task.start[0]) / 16, (gy - task.start[1]) / 16], -1, 1)
+        *_, terminated, truncated, info = env.step(np.tile(toward, (8, 1)).astype(np.float32))
+        assert info["is_success"] is info["success"] is bool(terminated), env.spec.id
+        assert terminated or env.spec.id == "Cosmos3World-v0"  # the truth succeeds; one denoising step need not
+
+
 @pytest.mark.parametrize("guidance", [1.0, 4.0])
 def test_a_scripted_policy_moves_the_object_as_in_the_true_world(tiny_model, guidance):
     """Cosmos3World-v0 (its default guidance 1, and 4, where the reported error was measured), stepped
