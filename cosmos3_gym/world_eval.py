@@ -33,6 +33,7 @@ import math
 import platform
 import time
 from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
 from pathlib import Path
 
 import gymnasium as gym
@@ -86,6 +87,8 @@ class WorldEvalArgs:
     overwrite: bool = False  # replace the world_eval files already in --out (kept otherwise: the run is refused)
     threads: int = 0  # torch's CPU threads (0: 1 unless OMP_NUM_THREADS is set)
     progress: bool = True  # tqdm bars
+    # the imagined env's own keyword names, as `evaluate` spells them, also work
+    FLAG_ALIASES: ClassVar[dict] = {"guidance": ("--guidance-scale",), "sde_noise": ("--noise-level",)}
 
     def __post_init__(self):
         require_at_least(self, episodes=2, horizon=1, clone_clips=1, threads=0)

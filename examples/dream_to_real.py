@@ -56,6 +56,7 @@ class Args:
     out: str = "out"  # the folder of dream_to_real.txt and .png
     quick: bool = False  # --timesteps 2048 --eval-episodes 50 (unless given): the gap, in about half the time
     QUICK: ClassVar[dict] = {"timesteps": 2048, "eval_episodes": 50}
+    FLAG_ALIASES: ClassVar[dict] = {"guidance": ("--guidance-scale",)}  # Cosmos3World-v0's keyword also works
 
     def __post_init__(self):
         if self.quick:

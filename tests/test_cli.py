@@ -220,8 +220,8 @@ def test_a_flag_the_command_does_not_take_gets_the_commands_usage(command, capsy
 
 @pytest.mark.parametrize("argv, hint", [(["demo", "--num-steps", "4"], "--num-steps: did you mean --steps?"),
                                          (["world-eval", "--steps", "2"], "--steps: did you mean --num-steps?"),
-                                         (["world-eval", "--guidance-scale=2"], "--guidance-scale: did you mean "
-                                                                                "--guidance?")])
+                                         (["world-eval", "--guidance-scal=2"], "--guidance-scal: did you mean "
+                                                                               "--guidance-scale or --guidance?")])
 def test_a_flag_spelled_as_another_command_spells_it_gets_that_commands_spelling(argv, hint, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(argv)
@@ -365,6 +365,18 @@ def test_check_says_the_pusht_envs_were_not_checked_without_gym_pusht(only_pusht
     captured = capsys.readouterr()
     assert captured.out.startswith("0 checks")
     assert f"PushT-Twin-v0 not checked: gym-pusht is not installed: {PUSHT_INSTALL}" in captured.err
+
+
+def test_world_eval_takes_the_envs_keyword_names_for_its_sampler_flags(tmp_path, keep_threads):
+    """--guidance-scale and --noise-level (the env's keywords, as `evaluate` spells them) set --guidance and
+    --sde-noise; --noise-levels stays the policies' command noise."""
+    from cosmos3_gym.train.args import parse_args
+    from cosmos3_gym.world_eval import WorldEvalArgs
+
+    args = parse_args(WorldEvalArgs, ["--guidance-scale", "2", "--noise-level", "0.3", "--noise-levels", "0,1",
+                                      "--device", "cpu", "--out", str(tmp_path)])
+    assert (args.guidance, args.sde_noise, args.noise_levels) == (2.0, "0.3", "0,1")
+    assert args.sampler == {"guidance_scale": 2.0, "noise_level": 0.3}
 
 
 def test_world_eval_passes_the_sampler_and_success_flags_to_the_imagined_env(tmp_path, keep_threads):

@@ -47,8 +47,10 @@ def unknown_flags_error(parser: argparse.ArgumentParser, unknown: list[str], com
 
 
 def parse_args(cls, argv=None, description: str | None = None, prog: str | None = None, check=None):
-    """An instance of dataclass ``cls`` with each field settable as ``--field-name``; ``check(args)``, where
-    given, is a command's own check of its flags (a ``ValueError`` is a usage error, as the dataclass's own).
+    """An instance of dataclass ``cls`` with each field settable as ``--field-name`` (and as the other names
+    ``cls.FLAG_ALIASES`` gives it, ``{field: ("--alias", ...)}``: the env keyword a flag sets, where the
+    flag is named otherwise); ``check(args)``, where given, is a command's own check of its flags (a
+    ``ValueError`` is a usage error, as the dataclass's own).
 
     Also applies the package's thread policy (:func:`cosmos3_gym.model.threads.configure_threads`:
     one torch thread on the CPU unless ``OMP_NUM_THREADS`` says otherwise)."""
@@ -57,16 +59,16 @@ def parse_args(cls, argv=None, description: str | None = None, prog: str | None 
     # allow_abbrev=False: a prefix is not silently taken for a longer flag (--noise-level for --noise-levels)
     parser = argparse.ArgumentParser(prog=prog, description=description and plain_text(description),
                                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    comments = field_comments(cls)
+    comments, aliases = field_comments(cls), getattr(cls, "FLAG_ALIASES", {})
     for field in dataclasses.fields(cls):
-        flag = f"--{field.name.replace('_', '-')}"
+        flags = (f"--{field.name.replace('_', '-')}", *aliases.get(field.name, ()))
         about = plain_text(comments.get(field.name, "")).replace("%", "%%")
         if isinstance(field.default, bool):  # the action appends "(default: ...)" itself
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=about)
+            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=field.default, help=about)
         else:
             shown = "%(default)s" if field.default != "" else '""'  # an empty default shows as ""
             kind = f"{type(field.default).__name__}, default: {shown}"
-            parser.add_argument(flag, type=type(field.default), default=field.default,
+            parser.add_argument(*flags, type=type(field.default), default=field.default, dest=field.name,
                                 help=f"{about} ({kind})" if about else f"({kind})")
     flags, unknown = parser.parse_known_args(argv)
     if unknown:
