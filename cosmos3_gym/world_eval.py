@@ -33,8 +33,8 @@ import math
 import platform
 import time
 from dataclasses import asdict, dataclass, fields
-from typing import ClassVar
 from pathlib import Path
+from typing import ClassVar
 
 import gymnasium as gym
 
@@ -49,7 +49,8 @@ WORLDS = ("procedural", "pusht")
 # exploit rate at most
 TARGETS = {"procedural": {"ratio": 0.2, "spearman": 0.95, "exploit_rate": 0.05},
            "pusht": {"ratio": 0.3, "spearman": 0.9, "exploit_rate": 0.10}}
-LEGEND = """How to read it (cosmos3_gym.world.harness): the dream and its twin start every episode from the same reset seed.
+LEGEND = """How to read it (cosmos3_gym.world.harness): the dream and its twin start every episode from the same
+reset seed.
 - Action sensitivity: the object's centre in the dream against the twin's, in pixels, under the episode's own
   actions, another episode's (shuffled) and zero actions. The ratio is the median error under the true actions over
   the median under shuffled ones: 0 when the dream follows the actions, about 1 when it ignores them. A step pair is
@@ -246,8 +247,8 @@ def main(argv=None) -> dict:
         sec = record["seconds"]
         sections += [f"## {dream_name} {label} vs {truth_name} ({args.episodes} episodes per "
                      f"policy, seeds {args.seed}-{args.seed + args.episodes - 1}; sensitivity "
-                     f"{sec['sensitivity']:.0f} s, policies {sec['policies']:.0f} s)", "", markdown_report(record, heading=False),
-                     f"- {verdict(record, args.world, metric)}", ""]
+                     f"{sec['sensitivity']:.0f} s, policies {sec['policies']:.0f} s)", "",
+                     markdown_report(record, heading=False), f"- {verdict(record, args.world, metric)}", ""]
     text = "\n".join(sections) + "\n"
     (out / "world_eval.md").write_text(text)
     (out / "world_eval.json").write_text(json.dumps({"args": {k: v for k, v in asdict(args).items()},

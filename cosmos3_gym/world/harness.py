@@ -26,7 +26,8 @@ Given an imagined world ``W`` (``Cosmos3World-v0``) and a twin ``R`` with the sa
   imagined event.
 
 :func:`evaluate_world` runs all three and returns one JSON-serialisable record (:func:`pool_records`
-joins the records of runs over disjoint seeds); :func:`markdown_report` and :func:`plot_report` turn it into a table and a figure. Everything runs
+joins the records of runs over disjoint seeds); :func:`markdown_report` and :func:`plot_report` turn it
+into a table and a figure. Everything runs
 on single ``gym.Env`` s (no vector env needed); success is ``info["success"]`` where a step reports
 it, else ``terminated``. Policies are ``policy(obs, info, rng) -> action`` callables or anything
 with ``.predict(obs, deterministic=True)`` (a Stable-Baselines3 model); :func:`scripted_policies`
@@ -540,9 +541,9 @@ def pool_records(records: Sequence[dict], label: str | None = None) -> dict:
     The records must agree on their label (the settings it names), policies, horizon and whether
     exploits were measured; what the label does not name (the checkpoint, the model's dtype, the
     disagreement's samples) is the caller's to keep the same."""
-    if isinstance(records, Mapping) or not isinstance(records, Sequence) or not records:
-        raise ValueError(f"records is {type(records).__name__} {'empty' if not records else ''}; pass a list of "
-                         "one or more evaluate_world records")
+    if isinstance(records, (Mapping, str)) or not isinstance(records, Sequence) or not records:
+        raise ValueError(f"records is {'an empty ' if isinstance(records, Sequence) and not records else 'a '}"
+                         f"{type(records).__name__}; pass a list of one or more evaluate_world records")
     for k, record in enumerate(records):
         missing = [key for key in ("label", "seeds", "seed", "sensitivity", "policies", "seconds")
                    if not isinstance(record, Mapping) or key not in record]
@@ -555,7 +556,6 @@ def pool_records(records: Sequence[dict], label: str | None = None) -> dict:
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"records share reset seeds ({sorted(s for s in set(seeds) if seeds.count(s) > 1)}); "
                          "pool evaluations of disjoint seeds (evaluate_world's seed .. seed + episodes - 1)")
-
     for record in records[1:]:
         if record["label"] != first["label"]:
             raise ValueError(f"records are of different settings ({first['label']!r} and {record['label']!r}); "

@@ -395,6 +395,5 @@ class Cosmos3PushTEnv(WorldEnvView):
         super().__init__(Cosmos3PushTVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
                                                **kwargs), render_mode, bounds_hint=TARGET_HINT)
 
-
     def render(self):
         return self.vector.render()[0] if can_render(self) else None

@@ -245,8 +245,8 @@ def test_records_of_disjoint_seeds_pool_into_the_record_of_all_of_them(pool_part
     (lambda a, b: [a, {**b, "sensitivity": {**b["sensitivity"], "horizon": 3}}], r"different horizons \(8 and 3\)"),
     (lambda a, b: [a, {k: v for k, v in b.items() if k != "exploit"}], "measured exploits and some did not"),
     (lambda a, b: [a, {k: v for k, v in b.items() if k != "policies"}], r"records\[1\] lacks \['policies'\]"),
-    (lambda a, b: [], "empty"),
-    (lambda a, b: {"a": a}, "pass a list"),
+    (lambda a, b: [], "records is an empty list; pass a list"),
+    (lambda a, b: {"a": a}, "records is a dict; pass a list"),
 ])
 def test_records_that_do_not_pool_are_refused(pool_parts, change, message):
     with pytest.raises(ValueError, match=message):
@@ -284,7 +284,8 @@ def test_pool_world_eval_pools_world_eval_files_and_refuses_what_does_not_pool(p
                           ([a, a], "share reset seeds"),
                           ([a, b, "--out", a], "is one of the runs"),
                           ([a, b, "--out", str(tmp_path / "a_file")], "is a file"),
-                          ([a, b, "--out", str(tmp_path / "pooled")], "already holds world_eval.json, world_eval.md; add --overwrite"),
+                          ([a, b, "--out", str(tmp_path / "pooled")],
+                           "already holds world_eval.json, world_eval.md; add --overwrite"),
                           ([str(tmp_path / "nothing")], "no world_eval.json at")):
         with pytest.raises(SystemExit) as exit_:
             script.main(argv)
