@@ -245,7 +245,8 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
     detected object within the success radius (0.15 of the width: 4.8 px at size 32) minus this margin
     of the goal, so that a dream off by up to the margin does not call a success the true world would
     miss; default 0, the true world's rule. Train in a pessimistic dream (the embedded model on an H100,
-    108 seeds: 2.5 px cut the harness's exploit rate from 27 % to 5.9 %), but rank and evaluate policies at 0: near-radius
+    108 seeds: 2.5 px cut the harness's exploit rate from 27 % to 5.9 %; its successes are rarer, so PPO
+    needs its full budget there), but rank and evaluate policies at 0: near-radius
     successes become rare in imagination, and a margin near the radius leaves almost none; see
     BENCHMARKS.md, "How far the dream can be trusted").
     """
