@@ -18,18 +18,19 @@ import argparse
 import json
 from pathlib import Path
 
+from cosmos3_gym.model.model import default_dtype
 from cosmos3_gym.world.harness import markdown_report, pool_records
 from cosmos3_gym.world_eval import LEGEND, verdict
 
 PER_RUN = {"seed", "episodes", "out", "overwrite", "progress", "threads"}  # world-eval flags a part may set alone
-DEFAULT_DTYPE = {"cpu": "float32"}  # a run recorded before --dtype (or with it empty) ran the model's default
 
 
 def settings(run: dict) -> dict:
-    """A run's world-eval flags that every part must share (its dtype as it ran)."""
+    """A run's world-eval flags that every part must share (its dtype as it ran: a run recorded before
+    --dtype, or with it empty, ran the model's default for its device)."""
     args = {key: value for key, value in run.get("args", {}).items() if key not in PER_RUN}
     if "device" in args and not args.get("dtype"):
-        args["dtype"] = DEFAULT_DTYPE.get(str(args["device"]).split(":")[0], "bfloat16")
+        args["dtype"] = str(default_dtype(args["device"])).removeprefix("torch.")
     return args
 
 

@@ -61,14 +61,14 @@ def parse_args(cls, argv=None, description: str | None = None, prog: str | None 
                                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     comments, aliases = field_comments(cls), getattr(cls, "FLAG_ALIASES", {})
     for field in dataclasses.fields(cls):
-        flags = (f"--{field.name.replace('_', '-')}", *aliases.get(field.name, ()))
+        options = (f"--{field.name.replace('_', '-')}", *aliases.get(field.name, ()))
         about = plain_text(comments.get(field.name, "")).replace("%", "%%")
         if isinstance(field.default, bool):  # the action appends "(default: ...)" itself
-            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=field.default, help=about)
+            parser.add_argument(*options, action=argparse.BooleanOptionalAction, default=field.default, help=about)
         else:
             shown = "%(default)s" if field.default != "" else '""'  # an empty default shows as ""
             kind = f"{type(field.default).__name__}, default: {shown}"
-            parser.add_argument(*flags, type=type(field.default), default=field.default, dest=field.name,
+            parser.add_argument(*options, type=type(field.default), default=field.default, dest=field.name,
                                 help=f"{about} ({kind})" if about else f"({kind})")
     flags, unknown = parser.parse_known_args(argv)
     if unknown:

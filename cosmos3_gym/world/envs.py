@@ -504,13 +504,17 @@ def make_world_vector_env(**keywords) -> Cosmos3WorldVectorEnv:
 
 
 class WorldEnvView(SingleEnvView):
-    """One env of a world vector env whose step info also carries ``is_success`` (its ``success``), the
-    key SB3's logger reads at an episode's end, as the ground-truth worlds' infos do."""
+    """One env of a world vector env: its step info also carries ``is_success`` (its ``success``), the
+    key SB3's logger reads at an episode's end, as the ground-truth worlds' infos do; it renders its
+    env's current frame."""
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
         info["is_success"] = info["success"]
         return obs, reward, terminated, truncated, info
+
+    def render(self):
+        return self.vector.render()[0] if can_render(self) else None
 
 
 class Cosmos3WorldEnv(WorldEnvView):
@@ -557,6 +561,3 @@ class Cosmos3WorldEnv(WorldEnvView):
     def success_margin(self) -> float:
         """The ``success_margin`` this env was made with, in pixels (see :class:`Cosmos3WorldVectorEnv`)."""
         return self.vector.success_margin
-
-    def render(self):
-        return self.vector.render()[0] if can_render(self) else None

@@ -394,6 +394,3 @@ class Cosmos3PushTEnv(WorldEnvView):
         check_view_keywords("Cosmos3PushT-v0", Cosmos3PushTVectorEnv, kwargs)
         super().__init__(Cosmos3PushTVectorEnv(1, autoreset_mode=AutoresetMode.DISABLED, render_mode=render_mode,
                                                **kwargs), render_mode, bounds_hint=TARGET_HINT)
-
-    def render(self):
-        return self.vector.render()[0] if can_render(self) else None
