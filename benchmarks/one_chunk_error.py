@@ -1,12 +1,12 @@
 """One imagined chunk against the truth, from the same true frame: the error of the object's centre at
 the chunk's last frame (px of the 32x32 frame), and its mean component toward the goal (a dream that
 runs ahead of slow pushes would show a positive bias) and across it. 48 tasks (seeds 2000-2047) per
-command kind: 0.15 and 0.5 of the greedy command, greedy plus Gaussian noise 1 (the harness's
-"greedy noise 1"), and zero commands; the shipped weights and the checkpoints named, at each number
+command kind: 0.15 and 0.5 of the greedy command, greedy plus Gaussian noise 1 and 4 (the harness's
+"greedy noise 1" and "greedy noise 4"), and zero commands; the shipped weights and the checkpoints named, at each number
 of denoising steps given (the env's default, 8, unless ``--num-steps``), with the env's sampler
 (``--kind sde --noise-level 0.7`` unless given; ``--kind ode``: the deterministic imagination).
 
-Usage: python benchmarks/one_chunk_error.py [--num-steps 8,16] [--kind ode] [CHECKPOINT ...]   (about 1.5
+Usage: python benchmarks/one_chunk_error.py [--num-steps 8,16] [--kind ode] [CHECKPOINT ...]   (about 2
 minutes per checkpoint and number of steps on a 2-core CPU)
 """
 import argparse
@@ -42,7 +42,7 @@ N = 16
 for ck, steps in [(ck, n) for ck in ["", *args.checkpoints] for n in args.num_steps]:
     imag = E.Cosmos3WorldVectorEnv(N, device="cpu", checkpoint=ck, num_steps=steps, kind=args.kind,
                                    noise_level=args.noise_level)
-    for gain, noise in [(0.15, 0), (0.5, 0), (1.0, 1.0), (0.0, 0.0)]:
+    for gain, noise in [(0.15, 0), (0.5, 0), (1.0, 1.0), (1.0, 4.0), (0.0, 0.0)]:
         along, across, err, lost = [], [], [], 0
         for rep in range(3):
             seeds = 2000 + rep * N

@@ -211,14 +211,17 @@ def draw(task: PushTask, position: tuple[float, float], size: int = 32) -> np.nd
     return frame
 
 
-ACTION_KINDS = ("turn", "uniform", "zero", "expert", "greedy", "away", "scaled", "stop")
+ACTION_KINDS = ("turn", "uniform", "zero", "expert", "greedy", "away", "scaled", "stop", "noisy")
 """How a chunk's commands are drawn (:func:`chunk_commands`): ``turn`` a random heading that changes
 once mid-chunk, plus noise; ``uniform`` independent uniform commands per frame (the harness's random
 policy); ``zero`` standing still; ``expert`` toward the goal plus noise (the policy data);
 ``greedy`` toward the goal, noiseless; ``away`` from the goal, plus noise; ``scaled`` toward the goal
 at a random fraction of the speed; ``stop`` toward the goal for a random number of frames, then
-still. Dynamics data needs them all: a world model trained on one kind only learns what that
-kind makes likely, not what each command causes."""
+still; ``noisy`` toward the goal plus per-frame noise of a standard deviation drawn per chunk,
+log-uniform in [0.5, 8] (clipped: the strongest makes full-speed jitter, which neither ``expert``'s
+mild noise nor ``uniform``'s spread covers; the harness's noisy greedy policies send such commands).
+Dynamics data needs them all: a world model trained on one kind only learns what that kind makes
+likely, not what each command causes."""
 
 
 def chunk_commands(rng: np.random.Generator, task: PushTask, chunk: int, kind: str, size: int = 32) -> np.ndarray:
@@ -241,6 +244,8 @@ def chunk_commands(rng: np.random.Generator, task: PushTask, chunk: int, kind: s
         commands = np.tile(rng.uniform(0.0, 1.0) * heading, (chunk, 1))
     elif kind == "stop":
         commands = np.tile(heading, (chunk, 1)) * (np.arange(chunk) < rng.integers(0, chunk + 1))[:, None]
+    elif kind == "noisy":
+        commands = heading + rng.normal(0.0, 2.0 ** rng.uniform(-1.0, 3.0), (chunk, 2))
     else:
         raise ValueError(f"kind={kind!r} is not an action kind; use one of {list(ACTION_KINDS)}")
     return np.clip(commands, -1, 1)

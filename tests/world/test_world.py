@@ -152,6 +152,21 @@ def test_uniform_commands_are_independent_per_frame_and_in_range():
     assert np.corrcoef(turns[:, :-1, 0].ravel(), turns[:, 1:, 0].ravel())[0, 1] > 0.6
 
 
+def test_noisy_commands_jitter_around_the_greedy_heading_at_a_scale_drawn_per_chunk():
+    rng = np.random.default_rng(5)
+    task = sample_task(rng)
+    heading = chunk_commands(rng, task, 64, "greedy")[0]
+    chunks = np.stack([chunk_commands(rng, task, 64, "noisy") for _ in range(300)])
+    assert chunks.min() >= -1 and chunks.max() <= 1
+    saturated = (np.abs(chunks) == 1).mean(axis=(1, 2))  # per chunk: the share of commands at full speed
+    assert saturated.min() < 0.1 and saturated.max() > 0.85  # noise 0.5 rarely clips, noise 8 nearly always
+    calm = chunks[saturated < 0.05]  # noise near 0.5: unclipped, so the mean is the heading
+    assert np.abs(calm.mean(axis=(0, 1)) - heading).max() < 4 * 0.6 / np.sqrt(calm.shape[0] * 64)
+    wild = chunks[saturated > 0.85]  # full-speed coin flips, biased toward the goal, independent per frame
+    assert np.all(np.sign(wild.mean(axis=(0, 1))) == np.sign(heading))
+    assert abs(np.corrcoef(wild[:, :-1, 0].ravel(), wild[:, 1:, 0].ravel())[0, 1]) < 0.1
+
+
 def test_a_mix_draws_each_kind_in_proportion():
     commands = action_chunks(np.random.default_rng(4), 600, 8, mix={"zero": 1.0, "uniform": 2.0})[2]
     still = float(np.mean([not c.any() for c in commands]))
