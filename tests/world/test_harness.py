@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -506,3 +507,28 @@ def test_exploits_are_scored_by_the_episodes_disagreement(truth):
                                    progress=False)
         ex = record["exploit"]
         assert ex["exploits"] == 6 and ex["imagined_successes"] == 12 and ex["disagreement_auroc"] == expected
+
+
+def test_exploit_anatomy_counts_an_imagined_objects_pieces_and_refuses_bad_flags(monkeypatch):
+    """benchmarks/exploit_anatomy.py tells a displaced dream (one piece) from a misread frame (several):
+    its piece count, against masks whose pieces are drawn by hand (4-connected: a diagonal touch
+    does not join two pieces)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("exploit_anatomy", BENCHMARKS / "exploit_anatomy.py")
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "exploit_anatomy", script)  # its dataclass looks its module up there
+    spec.loader.exec_module(script)
+    mask = np.zeros((32, 32), bool)
+    assert script.pieces(mask) == []
+    mask[2:5, 3:7] = True  # a 3x4 block
+    assert script.pieces(mask) == [12]
+    mask[5, 7] = True  # touches the block's corner only
+    mask[20:22, 0] = True  # at the edge
+    assert sorted(script.pieces(mask)) == [1, 2, 12]
+    mask[5, 6] = True  # now joins the corner pixel to the block
+    assert sorted(script.pieces(mask)) == [2, 14]
+    with pytest.raises(SystemExit):
+        script.main(["--episodes", "0"])
+    with pytest.raises(SystemExit):
+        script.main(["--success-margin", "4.8"])
