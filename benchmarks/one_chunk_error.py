@@ -2,9 +2,9 @@
 the chunk's last frame (px of the 32x32 frame), and its mean component toward the goal (a dream that
 runs ahead of slow pushes would show a positive bias) and across it. 48 tasks (seeds 2000-2047) per
 command kind: 0.15 and 0.5 of the greedy command, greedy plus Gaussian noise 1 and 4 (the harness's
-"greedy noise 1" and "greedy noise 4"), and zero commands; the shipped weights and the checkpoints named, at each number
-of denoising steps given (the env's default, 8, unless ``--num-steps``), with the env's sampler
-(``--kind sde --noise-level 0.7`` unless given; ``--kind ode``: the deterministic imagination).
+"greedy noise 1" and "greedy noise 4"), and zero commands; the shipped weights and the checkpoints
+named, at each number of denoising steps given (the env's default, 8, unless ``--num-steps``), with the
+env's sampler (``--kind sde --noise-level 0.7`` unless given; ``--kind ode``: the deterministic imagination).
 
 Usage: python benchmarks/one_chunk_error.py [--num-steps 8,16] [--kind ode] [CHECKPOINT ...]   (about 2
 minutes per checkpoint and number of steps on a 2-core CPU)

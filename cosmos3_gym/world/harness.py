@@ -412,7 +412,7 @@ def _error_summary(errors: dict[str, list[list[float]]], horizon: int) -> dict:
 
 
 # --- policy evaluation and exploits ---------------------------------------------------------
-def _policy_rng(seed: int, name: str, episode_seed: int) -> np.random.Generator:
+def policy_rng(seed: int, name: str, episode_seed: int) -> np.random.Generator:
     """The generator a policy gets for one episode: the same in both worlds, whatever other policies run."""
     return np.random.default_rng([seed, zlib.crc32(name.encode()), episode_seed])
 
@@ -466,7 +466,7 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
         bar = tqdm(seeds, desc=f"policy {name}", disable=not progress, leave=False)
         for s in bar:
             for world, env in (("true", truth), ("imagined", imagined)):
-                rng = _policy_rng(seed, name, s)
+                rng = policy_rng(seed, name, s)
                 runs[world].append(run_episode(env, s, lambda obs, info, k, rng=rng: policy(obs, info, rng)))
         row = {"name": name, "true": _summary(runs["true"], seed, lost_fn),
                "imagined": _summary(runs["imagined"], seed, lost_fn)}

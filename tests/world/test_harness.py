@@ -509,7 +509,7 @@ def test_exploits_are_scored_by_the_episodes_disagreement(truth):
         assert ex["exploits"] == 6 and ex["imagined_successes"] == 12 and ex["disagreement_auroc"] == expected
 
 
-def test_exploit_anatomy_counts_an_imagined_objects_pieces_and_refuses_bad_flags(monkeypatch):
+def test_exploit_anatomy_counts_an_imagined_objects_pieces_and_refuses_bad_flags(monkeypatch, capsys):
     """benchmarks/exploit_anatomy.py tells a displaced dream (one piece) from a misread frame (several):
     its piece count, against masks whose pieces are drawn by hand (4-connected: a diagonal touch
     does not join two pieces)."""
@@ -528,7 +528,8 @@ def test_exploit_anatomy_counts_an_imagined_objects_pieces_and_refuses_bad_flags
     assert sorted(script.pieces(mask)) == [1, 2, 12]
     mask[5, 6] = True  # now joins the corner pixel to the block
     assert sorted(script.pieces(mask)) == [2, 14]
-    with pytest.raises(SystemExit):
-        script.main(["--episodes", "0"])
-    with pytest.raises(SystemExit):
-        script.main(["--success-margin", "4.8"])
+    for flags, message in ((["--episodes", "0"], "--episodes 0 is too small; use 1 or more"),
+                           (["--success-margin", "4.8"], "--success-margin 4.8: use a number of pixels in [0, 4.8)")):
+        with pytest.raises(SystemExit):
+            script.main(flags)
+        assert message in capsys.readouterr().err
