@@ -155,7 +155,11 @@ def noisy_conditions(video: torch.Tensor, given_latents: int, scale: float, rng:
     inputs it never saw and drifts (the noise-augmented context of GameNGen and DIAMOND). The frames it
     generates, the loss's targets, are left as they are."""
     levels = torch.from_numpy(rng.uniform(0.0, scale, len(video))).to(video.device, video.dtype)
-    noise = torch.from_numpy(rng.standard_normal(video[:, :, :given_latents].shape)).to(video.device, video.dtype)
+    # drawn where the batch lives, from a generator seeded by ``rng``: with a million drawn on the host per
+    # batch, an H100 run made 4.4 steps/s where the same run without the noise made 7.8
+    generator = torch.Generator(video.device).manual_seed(int(rng.integers(2**63)))
+    noise = torch.randn(video[:, :, :given_latents].shape, generator=generator, device=video.device,
+                        dtype=video.dtype)
     noisy = video.clone()
     noisy[:, :, :given_latents] += levels.view(-1, 1, 1, 1, 1) * noise
     return noisy
