@@ -60,8 +60,8 @@ from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_compone
 from .train.args import parse_args, refuse_to_replace_a_checkpoint, require_at_least, \
     require_finite_non_negative
 from .train.world_model import CONDITION_NOISE_MEANING, NUM_FRAMES, ActionPool, _fused, _lr, _update, \
-    canvas_reconstruction, draw_tasks, flow_matching_loss, latent_cells, parse_task_weights, schedule_step, \
-    train_step, trainable_model, training_batch, write_record
+    canvas_reconstruction, check_imagined_conditions, draw_tasks, flow_matching_loss, latent_cells, \
+    parse_task_weights, schedule_step, train_step, trainable_model, training_batch, with_imagined, write_record
 from .world.pusht import ACTION_FRAMES, CHUNK, PROMPT, Cosmos3PushTVectorEnv, checkpoint_action_frame, frame_actions
 from .world.pusht_coverage import SIZE
 from .world.pusht_data import DEFAULT_MIX, KINDS, Clips, generate
@@ -151,25 +151,16 @@ class PushTTrainArgs:
         require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
                                     foreground_weight="0: every element weighted alike",
                                     latent_foreground_weight="0: every element weighted alike")
-        require_at_least(self, imagined_steps=1, imagined_every=0)
         if self.action_frame not in ("", *ACTION_FRAMES):
             raise ValueError(f"--action-frame {self.action_frame!r} is invalid; use one of {ACTION_FRAMES} "
                              "(or leave it out for --init-from's)")
-        for name in ("near_goal", "held_out", "vae_share", "uncond_prob", "imagined_conditions"):
+        for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
-        if self.imagined_conditions and not self.init_from:
-            raise ValueError("--imagined-conditions conditions on the model's own imaginings, which untrained weights "
-                             "do not have yet; continue trained ones with --init-from CHECKPOINT")
+        check_imagined_conditions(self, [self.task_weights])
         if self.imagined_conditions and not self.clips_file and self.clips_per_episode < 2:
             raise ValueError(f"--imagined-conditions needs episodes of two clips or more, but --clips-per-episode is "
                              f"{self.clips_per_episode}; use 2 or more")
-        if self.imagined_conditions and Task.FORWARD_DYNAMICS not in parse_task_weights(self.task_weights):
-            raise ValueError(f"--imagined-conditions applies to forward dynamics, which --task-weights "
-                             f"{self.task_weights!r} leaves out; add forward_dynamics=W")
-        if self.imagined_every and not self.imagined_conditions:
-            raise ValueError("--imagined-every refreshes the imagined conditions, but --imagined-conditions is 0; "
-                             "give it a share in (0, 1]")
         self._take_checkpoint_sizes()
         if not self.action_frame:  # the record says the frame trained in, which the env reads
             self.action_frame = checkpoint_action_frame(self.init_from)  # canvas without a checkpoint
@@ -477,9 +468,7 @@ def train_transformer(model, pools: dict[str, ActionPool], held_out: ActionPool 
     for step, task in enumerate(tqdm(schedule, desc="transformer")):
         if imagine and args.imagined_every and step and step % args.imagined_every == 0:
             imagined = imagine(step)
-        drawn = pools
-        if imagined and task == Task.FORWARD_DYNAMICS and rng.random() < args.imagined_conditions:
-            drawn = {**pools, "dynamics": imagined}
+        drawn = with_imagined(pools, imagined, task, args.imagined_conditions, rng)
         loss = train_step(model, optimizer, training_batch(model, task, args, None, rng, tokens, drawn), rng,
                           _lr(schedule_step(step, args.steps, started, deadline), args.steps, args.lr))
         out_of_time = time.time() > deadline

@@ -71,6 +71,13 @@ class TrainArgs:
     condition_noise: float = 0.0  # forward dynamics' condition latent + N(0, s^2), s ~ U(0, this) per clip
     # (the object is a few percent of a frame, and where it ends up is what the world's success reads)
     latent_foreground_weight: float = 0.0  # dynamics loss weight 1 + this where a latent element sees the object
+    # this share of forward dynamics' batches conditioned on the frame the model itself imagines where the chunk
+    # starts (the chunk before it imagined from the true frame under its commands), as Cosmos3World-v0 conditions
+    # every chunk after the first; the targets stay the true frames (0: clean conditions only)
+    imagined_conditions: float = 0.0  # share of forward dynamics' batches conditioned on the model's own imaginings
+    imagined_pool: int = 2048  # chunks of the action mix conditioned so, for those batches
+    imagined_steps: int = 8  # the denoising steps of those imaginings (Cosmos3World-v0's default, world-eval's)
+    imagined_every: int = 0  # > 0: imagine them again with the weights of every this many steps (0: once, at the start)
     log_every: int = 50
     max_minutes: float = 0.0  # > 0: end the transformer stage once the whole run has taken this long
     init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
@@ -96,7 +103,7 @@ class TrainArgs:
     checkpoint_steps: str = ""
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
-        require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1)
+        require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1, imagined_pool=1)
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
         require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
                                     latent_foreground_weight="0: every element weighted alike")
@@ -114,10 +121,37 @@ class TrainArgs:
             raise ValueError(f"--latent-foreground-weight {self.latent_foreground_weight} weighs forward dynamics' "
                              "generated frames, but neither --task-weights nor --curriculum has forward_dynamics; "
                              "add it, or leave the weight at 0")
+        check_imagined_conditions(self, [self.task_weights, *(w for _, w in phases)])
         phased = sum(steps for steps, _ in phases)
         if phased > self.steps:
             raise ValueError(f"--curriculum {self.curriculum!r} has {phased} steps, more than --steps {self.steps}; "
                              "its phases are part of the run's steps")
+
+
+def check_imagined_conditions(args, task_weights: list[str]) -> None:
+    """The ``--imagined-*`` flags both trainers share, refused before anything loads (``task_weights``: the
+    run's task-weight strings, curriculum phases included)."""
+    require_at_least(args, imagined_steps=1, imagined_every=0)
+    if not 0.0 <= args.imagined_conditions <= 1.0:
+        raise ValueError(f"--imagined-conditions {args.imagined_conditions} is not a share in [0, 1]")
+    if args.imagined_conditions and not args.init_from:
+        raise ValueError("--imagined-conditions conditions on the model's own imaginings, which untrained weights "
+                         "do not have yet; continue trained ones with --init-from CHECKPOINT")
+    if args.imagined_conditions and not any(Task.FORWARD_DYNAMICS in parse_task_weights(w) for w in task_weights):
+        raise ValueError(f"--imagined-conditions applies to forward dynamics, which --task-weights "
+                         f"{args.task_weights!r} leaves out; add forward_dynamics=W")
+    if args.imagined_every and not args.imagined_conditions:
+        raise ValueError("--imagined-every refreshes the imagined conditions, but --imagined-conditions is 0; "
+                         "give it a share in (0, 1]")
+
+
+def with_imagined(pools: dict, imagined, task: str, share: float, rng: np.random.Generator) -> dict:
+    """``pools`` with forward dynamics' chunks drawn from ``imagined`` (a pool conditioned on the model's own
+    imaginings) for ``share`` of its batches; ``rng`` is drawn from only then, so that a run without them
+    draws what it drew before they existed."""
+    if imagined is not None and task == Task.FORWARD_DYNAMICS and rng.random() < share:
+        return {**pools, "dynamics": imagined}
+    return pools
 
 
 def _pixels(frames, device) -> torch.Tensor:
@@ -318,17 +352,29 @@ class ActionPool:
     @classmethod
     @torch.no_grad()
     def build(cls, model: Cosmos3Model, count: int, mix: dict[str, float], seed: int, tier: int, device,
-              foreground_weight: float = 0.0) -> "ActionPool":
+              foreground_weight: float = 0.0, imagine=None) -> "ActionPool":
         """``count`` chunks, each of a kind drawn from ``mix`` (kind -> weight); with
         ``foreground_weight``, the loss weights ``1 + foreground_weight`` on the latent elements that see
-        the object (:func:`latent_cells` of :func:`~cosmos3_gym.rollout.procedural_world.object_pixels`)."""
+        the object (:func:`latent_cells` of :func:`~cosmos3_gym.rollout.procedural_world.object_pixels`).
+
+        With ``imagine(frames, commands, prompts, rng)`` (:func:`world_imaginer`), each task is played for
+        two chunks of its kind; the first is imagined from the true start, and the pool holds the second,
+        conditioned on the encode of that imagined last frame (what the world env feeds the model after its
+        first step), its targets, commands and weights the true ones."""
         from tqdm import tqdm
 
         rng, chunk = np.random.default_rng(seed), NUM_FRAMES - 1
         prompts, latents, commands, weights = [], [], [], []
-        for start in tqdm(range(0, count, 32), desc=f"action pool {','.join(mix)}"):
-            tasks, frames, moves = action_chunks(rng, min(32, count - start), chunk, mix=mix)
-            latents.append(model.encode_action_clips(frames, tier, NUM_FRAMES))
+        desc = f"{'imagined ' if imagine else ''}action pool {','.join(mix)}"
+        for start in tqdm(range(0, count, 32), desc=desc):
+            tasks, frames, moves = action_chunks(rng, min(32, count - start), chunk * (2 if imagine else 1), mix=mix)
+            if imagine:
+                imagined = imagine(frames[:, 0], moves[:, :chunk], [task.prompt for task in tasks], rng)
+                frames, moves = frames[:, chunk:], moves[:, chunk:]
+            latent = model.encode_action_clips(frames, tier, NUM_FRAMES)
+            if imagine:
+                latent[:, :, :1] = model.encode_action_clips(imagined[:, -1:], tier, NUM_FRAMES, given=1)
+            latents.append(latent)
             prompts += [task.prompt for task in tasks]
             commands.append(torch.from_numpy(moves))
             if foreground_weight:
@@ -481,10 +527,14 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     batches = scene_batches([args.data_seed * 1_000_003 + 2 * 10**6 + step for step in text_steps], args.batch,
                             args.data_workers)
     checkpoint_steps = parse_checkpoint_steps(args.checkpoint_steps, args.steps)
+    imagined = imagined_pool(model, args, log, 0) if args.imagined_conditions else None
     started = time.time()
     for step, task in enumerate(tqdm(schedule, desc="transformer")):
+        if args.imagined_every and step and step % args.imagined_every == 0:
+            imagined = imagined_pool(model, args, log, step)
         scenes = next(batches) if task in ("t2v", "t2i") else None
-        loss = train_step(model, optimizer, training_batch(model, task, args, scenes, rng, tokens, pools), rng,
+        drawn = with_imagined(pools, imagined, task, args.imagined_conditions, rng)
+        loss = train_step(model, optimizer, training_batch(model, task, args, scenes, rng, tokens, drawn), rng,
                           _lr(schedule_step(step, args.steps, started, deadline), args.steps, args.lr))
         out_of_time = time.time() > deadline
         if step % args.log_every == 0 or step == args.steps - 1 or out_of_time:
@@ -494,6 +544,39 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
         if out_of_time:
             break
     transformer.eval().requires_grad_(False)
+
+
+def world_imaginer(model: Cosmos3Model, args: TrainArgs):
+    """``imagine(frames, commands, prompts, rng)`` for :meth:`ActionPool.build`: one chunk per frame
+    imagined as ``Cosmos3World-v0`` imagines it (its sampler, ``--imagined-steps`` steps, a seed per chunk
+    from ``rng``; :meth:`~cosmos3_gym.world.envs.Cosmos3WorldVectorEnv.imagine`), the transformer in eval
+    mode meanwhile."""
+    from ..world.envs import Cosmos3WorldVectorEnv
+
+    world = Cosmos3WorldVectorEnv(32, chunk=NUM_FRAMES - 1, size=SIZE, num_steps=args.imagined_steps,
+                                  domain=args.domain, model=model)
+
+    def imagine(frames, commands, prompts, rng) -> np.ndarray:
+        training = model.transformer.training
+        model.transformer.eval()
+        try:
+            return world.imagine(frames, commands, rng.integers(0, 2**62, len(frames)).tolist(), prompts)
+        finally:
+            model.transformer.train(training)
+
+    return imagine
+
+
+def imagined_pool(model: Cosmos3Model, args: TrainArgs, log: list, step: int) -> ActionPool:
+    """``--imagined-pool`` chunks of ``--action-mix`` conditioned on the model's imaginings with the weights
+    of transformer step ``step`` (:meth:`ActionPool.build` with :func:`world_imaginer`), logged."""
+    began = time.time()
+    pool = ActionPool.build(model, args.imagined_pool, parse_action_mix(args.action_mix),
+                            args.data_seed * 1_000_003 + 5 * 10**6 + step, args.resolution_tier, args.device,
+                            args.latent_foreground_weight, world_imaginer(model, args))
+    log.append({"stage": "imagined conditions", "step": step, "chunks": args.imagined_pool,
+                "seconds": round(time.time() - began, 1)})
+    return pool
 
 
 def trainable_model(components: dict, device) -> Cosmos3Model:
