@@ -18,9 +18,12 @@ classifier-free guidance). Each batch is one task of ``task_weights``, after the
 text-to-image on the world's scenes, and forward dynamics, inverse dynamics and policy on the
 action world (:func:`cosmos3_gym.rollout.procedural_world.push`), packed as ``CosmosActionCondition`` runs are
 (the clean frames encoded in the resolution tier's canvas, given elements at timestep 0, the
-loss over the generated elements only). Writes the checkpoint, ``training.json`` (command,
-seeds, losses) and ``training_curve.png``, and with ``--checkpoint-steps`` the weights after
-those transformer steps in ``checkpoint-<step>/`` beside them (to see when a skill came or went).
+loss over the generated elements only). In closed loop the world env conditions each chunk after
+the first on a frame the model imagined: ``--imagined-conditions`` trains on such conditions too
+(:func:`imagined_pool`; ``--condition-noise`` is the cheaper stand-in, noise on the true one).
+Writes the checkpoint, ``training.json`` (command, seeds, losses) and ``training_curve.png``, and
+with ``--checkpoint-steps`` the weights after those transformer steps in ``checkpoint-<step>/``
+beside them (to see when a skill came or went).
 """
 
 from __future__ import annotations
