@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import preset_tables
+from . import __version__, preset_tables
 from .model.tasks import ROBOT_TASKS, TASKS, Task
 from .train.args import unknown_flags_error
 
@@ -418,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     env_help = "env id, one per envs/*.toml: " + ", ".join(env_ids) + " (default: %(default)s)"
     parser = argparse.ArgumentParser(prog="cosmos3-gym", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, **kwargs) -> argparse.ArgumentParser:

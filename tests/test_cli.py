@@ -266,6 +266,8 @@ def test_import_is_light_and_help_imports_no_torch():
     command = [str(script)] if script.exists() else [sys.executable, "-m", "cosmos3_gym.cli"]
     result = subprocess.run([*command, "--help"], capture_output=True, text=True, env={**os.environ})
     assert result.returncode == 0 and "evaluate" in result.stdout
+    result = subprocess.run([*command, "--version"], capture_output=True, text=True, env={**os.environ})
+    assert result.returncode == 0 and result.stdout.strip() == f"cosmos3-gym {cosmos3_gym.__version__}"
     # --help is fast because building every subcommand's help imports neither torch nor diffusers
     code = ("import sys; from cosmos3_gym import cli; parser = cli.build_parser(); parser.format_help();"
             "[command.format_help() for command in parser.commands.values()];"
