@@ -6,7 +6,7 @@ import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.model.model import Cosmos3Model
 
 # One intra-op thread: the tiny model's ops are too small to gain from more, and on a busy
-# machine torch's spinning worker threads slow everything 50-200x (see README, "Threads").
+# machine torch's spinning worker threads slow each small operation 50-240x (see README, "Threads").
 torch.set_num_threads(1)
 
 
