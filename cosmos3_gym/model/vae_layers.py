@@ -77,9 +77,9 @@ class PaddedCausalConv3d(WanCausalConv3d):
         temporal slice gives the 3-D one's numbers for a third of its products. oneDNN sums a batch of two
         or more in the same order both ways (tested), but a batch of one in another order (1e-6 apart),
         so one frame alone keeps the 3-D kernel and the encode the pipeline makes of it."""
-        return (x.device.type == "cpu" and x.dtype == torch.float32 and x.shape[0] >= 2 and x.shape[2] == 1 and len(parts) == 1
-                and front == self.kernel_size[0] - 1 and back == 0 and self.stride[0] == 1 and self.dilation[0] == 1
-                and self.padding_mode == "zeros" and x.is_contiguous())
+        return (x.device.type == "cpu" and x.dtype == torch.float32 and x.shape[0] >= 2 and x.shape[2] == 1
+                and len(parts) == 1 and front == self.kernel_size[0] - 1 and back == 0 and self.stride[0] == 1
+                and self.dilation[0] == 1 and self.padding_mode == "zeros" and x.is_contiguous())
 
 
 class SameDtypeUpsample(WanUpsample):
