@@ -213,7 +213,7 @@ def test_a_flag_the_command_does_not_take_gets_the_commands_usage(command, capsy
     with pytest.raises(SystemExit) as exit_:  # a flag the command takes, put before it: the top level's error
         cli.main(["--overwrite", command])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.startswith("usage: cosmos3-gym [-h] COMMAND")
+    assert exit_.value.code == 2 and err.startswith("usage: cosmos3-gym [-h] [--version] COMMAND")
     assert (f"cosmos3-gym: error: unrecognized arguments: --overwrite; a command's flags go after it: cosmos3-gym "
             f"{command} --overwrite ...") in err
 

@@ -1,7 +1,9 @@
 """The package's layers, read from its import statements: arrows point down only.
 
-``model <- rollout <- env <- {world, train} <- {cli, bench, evaluate}``; ``model/`` and ``rollout/``
-never import gymnasium (they are the denoising MDP without Gym, usable by a trainer that has none).
+``model <- rollout <- env <- world <- train <- {cli, bench, evaluate}``: the world-model trainer imagines
+with the world env (``--imagined-conditions``, as the PushT trainer does), and no world imports a trainer.
+``model/`` and ``rollout/`` never import gymnasium (they are the denoising MDP without Gym, usable by a
+trainer that has none).
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "cosmos3_gym"
-LAYERS = {"model": 0, "rollout": 1, "env": 2, "world": 3, "train": 3}
-TOP = 4  # cli, bench, evaluate and the package's __init__
+LAYERS = {"model": 0, "rollout": 1, "env": 2, "world": 3, "train": 4}
+TOP = 5  # cli, bench, evaluate and the package's __init__
 
 
 def layer_of(module: str) -> tuple[str, int]:
-    """``("model", 0)`` for ``cosmos3_gym.model.packing``; ``("cli", 4)`` for a top-level module."""
+    """``("model", 0)`` for ``cosmos3_gym.model.packing``; ``("cli", 5)`` for a top-level module."""
     parts = module.split(".")
     name = parts[1] if len(parts) > 1 else "__init__"
     return name, LAYERS.get(name, TOP)
@@ -48,8 +50,8 @@ def imports_of(path: Path, source: str | None = None) -> list[tuple[int, str]]:
 
 
 def upward_imports(path: Path, source: str | None = None) -> list[str]:
-    """Imports of a higher layer, or of another subpackage of the same layer (world <-> train).
-    The top-level modules (cli, bench, evaluate) may use each other."""
+    """Imports of a higher layer, or of another subpackage of the same layer. The top-level modules
+    (cli, bench, evaluate) may use each other."""
     here, rank = layer_of(module_name(path))
     found = []
     for line, target in imports_of(path, source):

@@ -10,8 +10,6 @@ subclasses that do the same arithmetic with fewer passes:
 
 * a convolution's input is written once into its padded buffer (borders zeroed, cached frames and
   input copied in): the convolution reads the very tensor ``F.pad`` would have made;
-* on the CPU, a batch of single frames behind zero padding alone (the first frame of every encode and
-  decode) is convolved in 2-D with the kernel's last temporal slice, the only one that meets it;
 * nearest-neighbour upsampling selects values, so it runs in the input's dtype;
 * with ``fuse_norms`` (CUDA, no autograd), the norm's elementwise chain after its reduction runs as
   one kernel compiled with Inductor's eager-numerics options (every intermediate rounded to bf16
@@ -28,7 +26,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.nn.functional as F
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, WanRMS_norm, WanUpsample
 
 # Inductor's options for eager's numbers: bf16 intermediates rounded as eager rounds them, x / y
@@ -54,11 +51,6 @@ class PaddedCausalConv3d(WanCausalConv3d):
             front -= cache_x.shape[2]
         if not any((left, right, top, bottom, front, back)) and len(parts) == 1:
             return torch.nn.Conv3d.forward(self, x)  # nothing to pad (F.pad would only have cloned it)
-        if self._one_frame_in_2d(x, parts, front, back):
-            # the frame meets only the kernel's last temporal slice: the others multiply the padding's zeros
-            frame = F.pad(x[:, :, 0], (left, right, top, bottom))
-            return F.conv2d(frame, self.weight[:, :, -1], self.bias, self.stride[1:], 0, self.dilation[1:],
-                            self.groups).unsqueeze(2)
         batch, channels, _, height, width = x.shape
         frames = front + sum(part.shape[2] for part in parts) + back
         buffer = x.new_empty(batch, channels, frames, height + top + bottom, width + left + right)
@@ -70,16 +62,6 @@ class PaddedCausalConv3d(WanCausalConv3d):
             buffer[:, :, start:start + part.shape[2], top:top + height, left:left + width].copy_(part)
             start += part.shape[2]
         return torch.nn.Conv3d.forward(self, buffer)
-
-    def _one_frame_in_2d(self, x, parts, front, back) -> bool:
-        """Whether this call is a batch of single frames with nothing but zero padding before them (the
-        first frame of an encode or a decode) on the CPU, where a 2-D convolution over the kernel's last
-        temporal slice gives the 3-D one's numbers for a third of its products. oneDNN sums a batch of two
-        or more in the same order both ways (tested), but a batch of one in another order (1e-6 apart),
-        so one frame alone keeps the 3-D kernel and the encode the pipeline makes of it."""
-        return (x.device.type == "cpu" and x.dtype == torch.float32 and x.shape[0] >= 2 and x.shape[2] == 1
-                and len(parts) == 1 and front == self.kernel_size[0] - 1 and back == 0 and self.stride[0] == 1
-                and self.dilation[0] == 1 and self.padding_mode == "zeros" and x.is_contiguous())
 
 
 class SameDtypeUpsample(WanUpsample):

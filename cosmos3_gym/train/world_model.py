@@ -50,6 +50,7 @@ from ..model.tiny_model import build_tiny_components, save_checkpoint
 from ..rollout.procedural_world import ACTION_KINDS, action_chunks, dataset, object_pixels
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
+POOL_BATCH = 32  # action-pool chunks played, imagined and encoded together
 CONDITION_NOISE_MEANING = ("the largest standard deviation of the noise added to forward dynamics' condition latent; "
                            "0: clean conditions")
 TASKS = (Task.T2V, Task.T2I, Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS, Task.POLICY)  # what it trains
@@ -369,8 +370,9 @@ class ActionPool:
         rng, chunk = np.random.default_rng(seed), NUM_FRAMES - 1
         prompts, latents, commands, weights = [], [], [], []
         desc = f"{'imagined ' if imagine else ''}action pool {','.join(mix)}"
-        for start in tqdm(range(0, count, 32), desc=desc):
-            tasks, frames, moves = action_chunks(rng, min(32, count - start), chunk * (2 if imagine else 1), mix=mix)
+        for start in tqdm(range(0, count, POOL_BATCH), desc=desc):
+            tasks, frames, moves = action_chunks(rng, min(POOL_BATCH, count - start), chunk * (2 if imagine else 1),
+                                                 mix=mix)
             if imagine:
                 imagined = imagine(frames[:, 0], moves[:, :chunk], [task.prompt for task in tasks], rng)
                 frames, moves = frames[:, chunk:], moves[:, chunk:]
@@ -556,7 +558,7 @@ def world_imaginer(model: Cosmos3Model, args: TrainArgs):
     mode meanwhile."""
     from ..world.envs import Cosmos3WorldVectorEnv
 
-    world = Cosmos3WorldVectorEnv(32, chunk=NUM_FRAMES - 1, size=SIZE, num_steps=args.imagined_steps,
+    world = Cosmos3WorldVectorEnv(POOL_BATCH, chunk=NUM_FRAMES - 1, size=SIZE, num_steps=args.imagined_steps,
                                   domain=args.domain, model=model)
 
     def imagine(frames, commands, prompts, rng) -> np.ndarray:

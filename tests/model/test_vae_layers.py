@@ -44,32 +44,6 @@ def test_decode_and_encode_equal_diffusers_bit_for_bit(config, dtype):
         assert torch.equal(lean.encode(video).latent_dist.mean, reference.encode(video).latent_dist.mean)
 
 
-@pytest.mark.parametrize("config", [VAE_CONFIG, WAN22_SMALL], ids=["wan21_tiny", "wan22_small"])
-@pytest.mark.parametrize("batch", [1, 2, 3, 16])
-def test_first_frames_run_in_2d_on_the_cpu_in_batches_with_the_3d_kernels_numbers(config, batch, monkeypatch):
-    """A one-frame encode and a one-latent-frame decode (the world envs' conditions and the first frame of
-    every chunk): in float32 batches of two or more the first frame's convolutions run in 2-D, and the
-    latents and frames are diffusers' bit for bit; a batch of one, or bf16, keeps the 3-D kernel."""
-    import types
-
-    calls = []
-    spy = types.SimpleNamespace(pad=torch.nn.functional.pad,
-                                conv2d=lambda *a: calls.append(1) or torch.nn.functional.conv2d(*a))
-    monkeypatch.setattr(vae_layers, "F", spy)
-    spatial = config["scale_factor_spatial"]
-    generator = torch.Generator().manual_seed(3)
-    frames = torch.rand(batch, 3, 1, 4 * spatial, 4 * spatial, generator=generator) * 2 - 1
-    latents = torch.randn(batch, config["z_dim"], 1, 4, 4, generator=generator)
-    for dtype in (torch.float32, torch.bfloat16):
-        reference, lean = both(config, dtype)
-        calls.clear()
-        with torch.no_grad():
-            assert torch.equal(lean.encode(frames.to(dtype)).latent_dist.mean,
-                               reference.encode(frames.to(dtype)).latent_dist.mean)
-            assert torch.equal(lean.decode(latents.to(dtype)).sample, reference.decode(latents.to(dtype)).sample)
-        assert (len(calls) > 0) == (batch >= 2 and dtype == torch.float32), (dtype, len(calls))
-
-
 def test_gradients_flow_through_the_padded_buffers_as_through_f_pad():
     reference, lean = both(VAE_CONFIG, torch.float32)
     latents = torch.randn(1, 4, 2, 2, 2)
