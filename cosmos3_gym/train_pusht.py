@@ -60,7 +60,7 @@ from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_compone
 from .train.args import parse_args, refuse_to_replace_a_checkpoint, require_at_least, \
     require_finite_non_negative
 from .train.world_model import CONDITION_NOISE_MEANING, NUM_FRAMES, ActionPool, _fused, _lr, _update, \
-    canvas_reconstruction, check_imagined_conditions, draw_tasks, flow_matching_loss, latent_cells, \
+    canvas_reconstruction, check_imagined_conditions, draw_tasks, eval_mode, flow_matching_loss, latent_cells, \
     parse_task_weights, schedule_step, train_step, trainable_model, training_batch, with_imagined, write_record
 from .world.pusht import ACTION_FRAMES, CHUNK, PROMPT, Cosmos3PushTVectorEnv, checkpoint_action_frame, frame_actions
 from .world.pusht_coverage import SIZE
@@ -408,17 +408,13 @@ def imagined_pool(model, clips: Clips, everything: ActionPool, index: np.ndarray
                                   model=model, **sampler)
     rng, conditions, starts = np.random.default_rng([args.data_seed, 2, seed]), [], []
     commands = everything.commands.cpu().numpy()  # the clips' actions as the model takes them (from their first frames)
-    training = model.transformer.training
-    model.transformer.eval()
-    try:
+    with eval_mode(model.transformer):
         for start in tqdm(range(0, len(index), EVAL_BATCH), desc="imagined conditions"):
             previous = index[start:start + EVAL_BATCH] - 1
             seeds = rng.integers(0, 2 ** 62, len(previous)).tolist()
             chunks = world.imagine(clips.frames[previous, 0], commands[previous], seeds, [PROMPT] * len(previous))
             starts.append(chunks[:, -1])
             conditions.append(model.encode_action_clips(chunks[:, -1:], args.resolution_tier, NUM_FRAMES, given=1))
-    finally:
-        model.transformer.train(training)
     pool = everything.take(index)
     latents = pool.latents.clone()
     latents[:, :, :1] = torch.cat(conditions).to(latents.device)

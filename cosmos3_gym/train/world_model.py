@@ -28,6 +28,7 @@ beside them (to see when a skill came or went).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -551,6 +552,18 @@ def train_transformer(model: Cosmos3Model, args: TrainArgs, log: list, deadline:
     transformer.eval().requires_grad_(False)
 
 
+@contextlib.contextmanager
+def eval_mode(module: torch.nn.Module):
+    """``module`` in eval mode meanwhile (imagining mid-training, as the env would), its mode restored after,
+    also when the body raises."""
+    training = module.training
+    module.eval()
+    try:
+        yield module
+    finally:
+        module.train(training)
+
+
 def world_imaginer(model: Cosmos3Model, args: TrainArgs):
     """``imagine(frames, commands, prompts, rng)`` for :meth:`ActionPool.build`: one chunk per frame
     imagined as ``Cosmos3World-v0`` imagines it (its sampler, ``--imagined-steps`` steps, a seed per chunk
@@ -562,12 +575,8 @@ def world_imaginer(model: Cosmos3Model, args: TrainArgs):
                                   domain=args.domain, model=model)
 
     def imagine(frames, commands, prompts, rng) -> np.ndarray:
-        training = model.transformer.training
-        model.transformer.eval()
-        try:
+        with eval_mode(model.transformer):
             return world.imagine(frames, commands, rng.integers(0, 2**62, len(frames)).tolist(), prompts)
-        finally:
-            model.transformer.train(training)
 
     return imagine
 
