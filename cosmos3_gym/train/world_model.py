@@ -148,6 +148,9 @@ def check_imagined_conditions(args, task_weights: list[str]) -> None:
     if args.imagined_every and not args.imagined_conditions:
         raise ValueError("--imagined-every refreshes the imagined conditions, but --imagined-conditions is 0; "
                          "give it a share in (0, 1]")
+    if args.imagined_every >= max(args.steps, 1):
+        raise ValueError(f"--imagined-every {args.imagined_every} is not below --steps {args.steps}, so the "
+                         "conditions would be imagined once, at the start; use 0 for that, or fewer steps")
 
 
 def with_imagined(pools: dict, imagined, task: str, share: float, rng: np.random.Generator) -> dict:

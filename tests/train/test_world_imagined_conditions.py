@@ -69,6 +69,8 @@ def test_forward_dynamics_batches_draw_from_the_imagined_pool_at_the_share_given
     (dict(imagined_conditions=0.5, init_from="x", task_weights="t2v=1,policy=1"),
      "--task-weights 't2v=1,policy=1' leaves out; add forward_dynamics=W"),
     (dict(imagined_every=10), "--imagined-every refreshes the imagined conditions, but --imagined-conditions is 0"),
+    (dict(imagined_conditions=0.5, init_from="x", task_weights="forward_dynamics=1", steps=100, imagined_every=100),
+     "--imagined-every 100 is not below --steps 100, so the conditions would be imagined once"),
     (dict(imagined_pool=0), "--imagined-pool 0 is too small; use 1 or more"),
     (dict(imagined_steps=0), "--imagined-steps 0 is too small; use 1 or more"),
 ])
