@@ -203,6 +203,19 @@ def push(task: PushTask, position: tuple[float, float], actions: np.ndarray, siz
     return np.array(centres)
 
 
+def replay_from(frame: np.ndarray, task: PushTask, commands: np.ndarray, size: int = 32) -> np.ndarray | None:
+    """uint8 frames ``[chunk + 1, size, size, 3]``: ``task``'s object drawn where uint8 ``frame`` shows it
+    (:func:`locate`; kept clear of the walls as :func:`push` keeps it), then after each of ``commands``; None
+    where ``frame`` shows no object. The true world carried on from a frame it did not make (an imagined one)."""
+    found = locate(frame)
+    if found is None:
+        return None
+    half = SIZES[task.size]
+    x, y = np.clip(np.array(found) * size, half + 0.5, size - half - 0.5)
+    centres = push(task, (float(x), float(y)), commands, size)
+    return np.stack([draw(task, (float(x), float(y)), size)] + [draw(task, tuple(c), size) for c in centres])
+
+
 def draw(task: PushTask, position: tuple[float, float], size: int = 32) -> np.ndarray:
     """uint8 ``[size, size, 3]``: the task's object centred at ``position``."""
     frame = np.empty((size, size, 3), dtype=np.uint8)

@@ -48,7 +48,7 @@ from ..model.packing import RowSpec, to_device
 from ..model.tasks import ROBOT_TASKS, Task, checked_domain
 from ..model.tasks import TASKS as TASK_TABLE
 from ..model.tiny_model import build_tiny_components, save_checkpoint
-from ..rollout.procedural_world import ACTION_KINDS, action_chunks, dataset, object_pixels
+from ..rollout.procedural_world import ACTION_KINDS, action_chunks, dataset, object_pixels, replay_from
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
 POOL_BATCH = 32  # action-pool chunks played, imagined and encoded together
@@ -83,6 +83,9 @@ class TrainArgs:
     imagined_pool: int = 2048  # chunks of the action mix conditioned so, for those batches
     imagined_steps: int = 8  # the denoising steps of those imaginings (Cosmos3World-v0's default, world-eval's)
     imagined_every: int = 0  # > 0: imagine them again with the weights of every this many steps (0: once, at the start)
+    # the true chunk is where the true world has the object, which the imagined frame may not show: a model that
+    # learns to reach it learns to correct its own error toward a truth it cannot see (continuation J: it overshot)
+    imagined_replay: bool = False  # targets: the chunk's commands replayed from where the imagined frame shows the object
     log_every: int = 50
     max_minutes: float = 0.0  # > 0: end the transformer stage once the whole run has taken this long
     init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
@@ -127,6 +130,9 @@ class TrainArgs:
                              "generated frames, but neither --task-weights nor --curriculum has forward_dynamics; "
                              "add it, or leave the weight at 0")
         check_imagined_conditions(self, [self.task_weights, *(w for _, w in phases)])
+        if self.imagined_replay and not self.imagined_conditions:
+            raise ValueError("--imagined-replay sets the targets of the imagined conditions, but --imagined-conditions "
+                             "is 0; give it a share in (0, 1]")
         phased = sum(steps for steps, _ in phases)
         if phased > self.steps:
             raise ValueError(f"--curriculum {self.curriculum!r} has {phased} steps, more than --steps {self.steps}; "
@@ -360,7 +366,7 @@ class ActionPool:
     @classmethod
     @torch.no_grad()
     def build(cls, model: Cosmos3Model, count: int, mix: dict[str, float], seed: int, tier: int, device,
-              foreground_weight: float = 0.0, imagine=None) -> "ActionPool":
+              foreground_weight: float = 0.0, imagine=None, replay: bool = False) -> "ActionPool":
         """``count`` chunks, each of a kind drawn from ``mix`` (kind -> weight); with
         ``foreground_weight``, the loss weights ``1 + foreground_weight`` on the latent elements that see
         the object (:func:`latent_cells` of :func:`~cosmos3_gym.rollout.procedural_world.object_pixels`).
@@ -368,7 +374,9 @@ class ActionPool:
         With ``imagine(frames, commands, prompts, rng)`` (:func:`world_imaginer`), each task is played for
         two chunks of its kind; the first is imagined from the true start, and the pool holds the second,
         conditioned on the encode of that imagined last frame (what the world env feeds the model after its
-        first step), its targets, commands and weights the true ones."""
+        first step), its targets, commands and weights the true ones; with ``replay``, its targets and weights
+        are the commands replayed from where the imagined frame shows the object (:func:`replay_from`; the true
+        ones where it shows none)."""
         from tqdm import tqdm
 
         rng, chunk = np.random.default_rng(seed), NUM_FRAMES - 1
@@ -380,6 +388,10 @@ class ActionPool:
             if imagine:
                 imagined = imagine(frames[:, 0], moves[:, :chunk], [task.prompt for task in tasks], rng)
                 frames, moves = frames[:, chunk:], moves[:, chunk:]
+                if replay:
+                    replayed = [replay_from(last, task, move, SIZE) for last, task, move in
+                                zip(imagined[:, -1], tasks, moves)]
+                    frames = np.stack([true if again is None else again for again, true in zip(replayed, frames)])
             latent = model.encode_action_clips(frames, tier, NUM_FRAMES)
             if imagine:
                 latent[:, :, :1] = model.encode_action_clips(imagined[:, -1:], tier, NUM_FRAMES, given=1)
@@ -590,7 +602,7 @@ def imagined_pool(model: Cosmos3Model, args: TrainArgs, log: list, step: int) ->
     began = time.time()
     pool = ActionPool.build(model, args.imagined_pool, parse_action_mix(args.action_mix),
                             args.data_seed * 1_000_003 + 5 * 10**6 + step, args.resolution_tier, args.device,
-                            args.latent_foreground_weight, world_imaginer(model, args))
+                            args.latent_foreground_weight, world_imaginer(model, args), args.imagined_replay)
     log.append({"stage": "imagined conditions", "step": step, "chunks": args.imagined_pool,
                 "seconds": round(time.time() - began, 1)})
     return pool

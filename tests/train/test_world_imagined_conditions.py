@@ -13,7 +13,8 @@ import torch
 from cosmos3_gym.model.model import Cosmos3Model
 from cosmos3_gym.model.tasks import Task
 from cosmos3_gym.model.tiny_model import TINY_CHECKPOINT
-from cosmos3_gym.rollout.procedural_world import action_chunks, locate, object_pixels
+from cosmos3_gym.rollout.procedural_world import BACKGROUND, MAX_SPEED, SIZES, action_chunks, draw, locate, \
+    object_pixels, replay_from
 from cosmos3_gym.train.world_model import ActionPool, TrainArgs, latent_cells, main, with_imagined, world_imaginer
 from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
 
@@ -51,6 +52,31 @@ def test_the_pool_is_the_second_chunk_conditioned_on_the_first_one_imagined(mode
     assert np.median(np.hypot(*ends.T)) < 2.0 < np.median(np.hypot(*starts.T)), (ends, starts)
 
 
+def test_replayed_targets_carry_on_from_where_the_imagined_frame_shows_the_object(model):
+    """--imagined-replay: the targets are the second chunk's commands played from the imagined object's place,
+    built here by hand (the centre the frame shows, plus the commands' running sum; no wall is met)."""
+    args = TrainArgs(device="cpu", init_from=str(TINY_CHECKPOINT), imagined_conditions=1.0, imagined_replay=True,
+                     task_weights="forward_dynamics=1")
+    imagine, seen = world_imaginer(model, args), []
+    pool = ActionPool.build(model, COUNT, MIX, SEED, TIER, "cpu", 2.0,
+                            lambda *call: seen.append(imagine(*call)) or seen[-1], replay=True)
+    last = np.concatenate(seen)[:, -1]
+    tasks, frames, moves = action_chunks(np.random.default_rng(SEED), COUNT, 2 * CHUNK, mix=MIX)
+    starts = np.array([locate(frame) for frame in last]) * 32
+    paths = starts[:, None] + MAX_SPEED * np.cumsum(np.concatenate([np.zeros((COUNT, 1, 2)), moves[:, CHUNK:]], 1), 1)
+    halves = np.array([SIZES[task.size] for task in tasks])[:, None, None]
+    assert ((paths >= halves + 0.5) & (paths <= 32 - halves - 0.5)).all()  # clear of the walls
+    replayed = np.stack([[draw(task, tuple(p)) for p in path] for task, path in zip(tasks, paths)])
+    assert torch.equal(pool.latents[:, :, 1:], model.encode_action_clips(replayed, TIER, CHUNK + 1)[:, :, 1:])
+    assert torch.equal(pool.latents[:, :, :1], model.encode_action_clips(last[:, None], TIER, CHUNK + 1, given=1))
+    assert torch.equal(pool.commands, torch.from_numpy(moves[:, CHUNK:]))
+    mask = torch.from_numpy(object_pixels(replayed)).float().unsqueeze(1)
+    assert torch.equal(pool.weights, 1.0 + 2.0 * latent_cells(model, mask))
+    true_starts = np.array([locate(frame) for frame in frames[:, CHUNK]]) * 32
+    assert np.abs(starts - true_starts).max() > 0.5  # the imagined places are not the true ones
+    assert replay_from(np.full((32, 32, 3), BACKGROUND, np.uint8), tasks[0], moves[0, CHUNK:]) is None
+
+
 def test_forward_dynamics_batches_draw_from_the_imagined_pool_at_the_share_given():
     pools, imagined = {"dynamics": "true", "expert": "expert"}, "imagined"
     rng = np.random.default_rng(0)
@@ -71,6 +97,7 @@ def test_forward_dynamics_batches_draw_from_the_imagined_pool_at_the_share_given
     (dict(imagined_every=10), "--imagined-every refreshes the imagined conditions, but --imagined-conditions is 0"),
     (dict(imagined_conditions=0.5, init_from="x", task_weights="forward_dynamics=1", steps=100, imagined_every=100),
      "--imagined-every 100 is not below --steps 100, so the conditions would be imagined once"),
+    (dict(imagined_replay=True), "--imagined-replay sets the targets of the imagined conditions, but"),
     (dict(imagined_pool=0), "--imagined-pool 0 is too small; use 1 or more"),
     (dict(imagined_steps=0), "--imagined-steps 0 is too small; use 1 or more"),
 ])
