@@ -20,7 +20,8 @@ action world (:func:`cosmos3_gym.rollout.procedural_world.push`), packed as ``Co
 (the clean frames encoded in the resolution tier's canvas, given elements at timestep 0, the
 loss over the generated elements only). In closed loop the world env conditions each chunk after
 the first on a frame the model imagined: ``--imagined-conditions`` trains on such conditions too
-(:func:`imagined_pool`; ``--condition-noise`` is the cheaper stand-in, noise on the true one).
+(:func:`imagined_pool`; ``--imagined-replay`` takes the targets from where that frame shows the object;
+``--condition-noise`` is the cheaper stand-in, noise on the true one).
 Writes the checkpoint, ``training.json`` (command, seeds, losses) and ``training_curve.png``, and
 with ``--checkpoint-steps`` the weights after those transformer steps in ``checkpoint-<step>/``
 beside them (to see when a skill came or went).
