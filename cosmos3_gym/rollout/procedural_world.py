@@ -189,11 +189,16 @@ def goal_distance(position: tuple[float, float], goal: str, size: int = 32) -> f
     return float(np.hypot(position[0] / size - gx, position[1] / size - gy))
 
 
+def centre_bounds(task: PushTask, size: int = 32) -> tuple[float, float]:
+    """The lowest and highest centre coordinate (pixels) at which ``task``'s object stays clear of the walls."""
+    half = SIZES[task.size]
+    return half + 0.5, size - half - 0.5
+
+
 def push(task: PushTask, position: tuple[float, float], actions: np.ndarray, size: int = 32) -> np.ndarray:
     """The object's centres ``[chunk, 2]`` after each command of ``actions`` ``[chunk, 2]`` (each
     clipped to [-1, 1], times :data:`MAX_SPEED` pixels per frame), stopped by the walls."""
-    half = SIZES[task.size]
-    low, high = half + 0.5, size - half - 0.5
+    low, high = centre_bounds(task, size)
     x, y = position
     centres = []
     for dx, dy in np.clip(np.asarray(actions, dtype=np.float64), -1.0, 1.0):
@@ -205,15 +210,15 @@ def push(task: PushTask, position: tuple[float, float], actions: np.ndarray, siz
 
 def replay_from(frame: np.ndarray, task: PushTask, commands: np.ndarray, size: int = 32) -> np.ndarray | None:
     """uint8 frames ``[chunk + 1, size, size, 3]``: ``task``'s object drawn where uint8 ``frame`` shows it
-    (:func:`locate`; kept clear of the walls as :func:`push` keeps it), then after each of ``commands``; None
-    where ``frame`` shows no object. The true world carried on from a frame it did not make (an imagined one)."""
+    (:func:`locate`; kept within :func:`centre_bounds`, as :func:`push` keeps it), then after each of
+    ``commands``; None where ``frame`` shows no object. The true world carried on from a frame it did not
+    make (an imagined one)."""
     found = locate(frame)
     if found is None:
         return None
-    half = SIZES[task.size]
-    x, y = np.clip(np.array(found) * size, half + 0.5, size - half - 0.5)
-    centres = push(task, (float(x), float(y)), commands, size)
-    return np.stack([draw(task, (float(x), float(y)), size)] + [draw(task, tuple(c), size) for c in centres])
+    start = tuple(float(c) for c in np.clip(np.array(found) * size, *centre_bounds(task, size)))
+    centres = push(task, start, commands, size)
+    return np.stack([draw(task, start, size)] + [draw(task, tuple(c), size) for c in centres])
 
 
 def draw(task: PushTask, position: tuple[float, float], size: int = 32) -> np.ndarray:
