@@ -18,7 +18,7 @@ from cosmos3_gym.rollout.procedural_world import BACKGROUND, MAX_SPEED, SIZES, a
 from cosmos3_gym.train.world_model import ActionPool, TrainArgs, latent_cells, main, with_imagined, world_imaginer
 from cosmos3_gym.world.envs import Cosmos3WorldVectorEnv
 
-COUNT, SEED, CHUNK, TIER = 8, 11, 8, 256
+COUNT, SEED, CHUNK, TIER = 4, 11, 8, 256
 MIX = {"expert": 1.0}  # pushes toward the goal: the object moves a few pixels a chunk
 
 
