@@ -9,6 +9,7 @@ torch on 1 CPU thread unless --threads N or OMP_NUM_THREADS says otherwise.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.util
 import re
 import sys
@@ -190,17 +191,20 @@ def check(args) -> int:
 
     import cosmos3_gym
 
+    wanted = args.env or [*cosmos3_gym.ENV_IDS, *cosmos3_gym.WORLD_ENV_IDS, *cosmos3_gym.PUSHT_ENV_IDS]
     cases = [(env_id, {"action_mode": mode, "num_steps": 2}, mode) for env_id in cosmos3_gym.ENV_IDS
-             for mode in ("control", "noise")]
+             for mode in ("control", "noise") if env_id in wanted]
     from .world.pusht_coverage import PUSHT_INSTALL
 
     has_gym_pusht = importlib.util.find_spec("gym_pusht") is not None
-    pusht = list(cosmos3_gym.PUSHT_ENV_IDS) if has_gym_pusht else []
-    if not has_gym_pusht:  # on stderr: stdout keeps one line per check
-        print(f"{' and '.join(cosmos3_gym.PUSHT_ENV_IDS)} not checked: gym-pusht is not installed: "
-              f"{PUSHT_INSTALL}", file=sys.stderr)
+    pusht = [env_id for env_id in cosmos3_gym.PUSHT_ENV_IDS if env_id in wanted]
+    if pusht and not has_gym_pusht:  # on stderr: stdout keeps one line per check
+        print(f"{' and '.join(pusht)} not checked: gym-pusht is not installed: {PUSHT_INSTALL}", file=sys.stderr)
+        if args.env:  # asked for by name: nothing it asked for may go unchecked quietly
+            return 2
+        pusht = []
     cases += [(env_id, {"num_steps": 2} if env_id.startswith("Cosmos3") else {}, "") for env_id in
-              (*cosmos3_gym.WORLD_ENV_IDS, *pusht)]
+              (*[w for w in cosmos3_gym.WORLD_ENV_IDS if w in wanted], *pusht)]
     failures = refused = advice = 0
     for env_id, kwargs, mode in cases:
         caught: list[warnings.WarningMessage] = []
@@ -400,6 +404,13 @@ THREADS_HELP = ("torch's CPU threads (default: 1 when running on the CPU, unless
                 "processes: a demo step went from 6 ms to 1.46 s on a busy 2-core machine)")
 
 
+def _unknown_env_id(text: str, env_ids: list[str]) -> argparse.ArgumentTypeError:
+    """argparse's own "invalid choice" message, with the closest id first (as gym.make suggests one)."""
+    close = difflib.get_close_matches(text, env_ids, n=1)
+    return argparse.ArgumentTypeError(f"invalid choice: {text!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                                      + f" (choose from {', '.join(env_ids)})")
+
+
 def _rollout_env_id(text: str) -> str:
     """``--env``'s value; a world env's id gets where world envs are used instead of a bare invalid choice."""
     import cosmos3_gym
@@ -410,6 +421,18 @@ def _rollout_env_id(text: str) -> str:
             f"`cosmos3-gym world-eval` scores them (--world pusht for PushT), `bench --mode world` times "
             f"Cosmos3World-v0, `check` checks them all, and gym.make({text!r}) makes one "
             f"(examples/dream_to_real.py, examples/pusht_dream.py)")
+    if text not in preset_tables():
+        raise _unknown_env_id(text, list(preset_tables()))
+    return text
+
+
+def _any_env_id(text: str) -> str:
+    """``check --env``'s value: any registered id, rollout preset or world env."""
+    import cosmos3_gym
+
+    env_ids = [*cosmos3_gym.ENV_IDS, *cosmos3_gym.WORLD_ENV_IDS, *cosmos3_gym.PUSHT_ENV_IDS]
+    if text not in env_ids:
+        raise _unknown_env_id(text, env_ids)
     return text
 
 
@@ -468,7 +491,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "the checkers raised for an env, once, as plain text. SB3 refuses noise mode by design "
                        "(an unbounded action space): that line reports SB3's own message; where SB3's checker "
                        "passes a Dict action space (noise mode of the sound and action envs), the line says that "
-                       "SB3's algorithms do not take it.")
+                       "SB3's algorithms do not take it. All of them take about 2 minutes on a 2-core CPU; "
+                       "--env checks one.")
+    p.add_argument("--env", action="append", type=_any_env_id, default=None, metavar="ENV_ID",
+                   help="check only this env id (give it again for more; default: every registered id)")
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N", help=THREADS_HELP)
     p.set_defaults(func=check)
 

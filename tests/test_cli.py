@@ -247,7 +247,7 @@ def test_every_flag_has_help_and_env_choices_are_the_presets():
     for name, command in parser.commands.items():
         for action in command._actions:
             assert action.help, f"{name} {action.option_strings} has no help"
-            if "--env" in action.option_strings:
+            if "--env" in action.option_strings and name != "check":  # check's: test_check_env_names_the_ids
                 assert list(action.choices) == cosmos3_gym.ENV_IDS
                 assert {"Cosmos3Rollout-v0", "Cosmos3RolloutT2I-v0", "Cosmos3RolloutI2V-v0"} <= set(action.choices)
                 assert all(env_id in action.help for env_id in cosmos3_gym.ENV_IDS)  # listed in --help
@@ -339,6 +339,23 @@ def test_check_covers_the_world_envs_and_does_not_call_a_dict_action_space_fit_f
         assert [line.split()[-1] for line in lines if line.startswith(world)] == ["ok", "ok"]
     noise_sb3 = [line for line in lines if " noise " in line and " sb3 " in line]
     assert len(noise_sb3) == 1 and "take no Dict action space" in noise_sb3[0] and not noise_sb3[0].endswith(" ok")
+
+
+def test_check_env_checks_only_the_ids_named(capsys, keep_threads):
+    """`check --env ID` (again for more) runs the checkers on those ids alone; an id that is not registered is
+    refused before anything runs, with the closest one named, as gym.make names it."""
+    assert cli.main(["check", "--env", "ProceduralWorld-v0", "--env", "Cosmos3RolloutT2I-v0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:3] for line in lines[:-1]] == [
+        ["Cosmos3RolloutT2I-v0", mode, checker] for mode in ("control", "noise") for checker in ("gymnasium", "sb3")
+    ] + [["ProceduralWorld-v0", "-", "gymnasium"], ["ProceduralWorld-v0", "-", "sb3"]]
+    assert lines[-1].startswith("6 checks (3 envs and action modes x Gymnasium, SB3): none failed, 1 refused by SB3")
+    for argv, suggestion in ((["check", "--env", "Cosmos3Wrld-v0"], "; did you mean 'Cosmos3World-v0'? (choose from"),
+                             (["demo", "--env", "Cosmos3Rolout-v0"], "; did you mean 'Cosmos3Rollout-v0'? (choose")):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        err = " ".join(capsys.readouterr().err.split())
+        assert exit_.value.code == 2 and f"argument --env: invalid choice: '{argv[-1]}'{suggestion}" in err
 
 
 @pytest.fixture
