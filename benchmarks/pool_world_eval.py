@@ -4,7 +4,8 @@ A 36-seed evaluation takes about ten minutes on an H100 in one process; three pr
 (`--seed 0`, `--seed 12`, `--seed 24`) run side by side in a third of that. This reads their
 `world_eval.json` files, pools each setting's records with `cosmos3_gym.world.harness.pool_records`
 (episodes joined, every statistic recomputed), and prints the markdown report of each with its verdict
-against the procedural world's targets (also written to `--out` as world_eval.md). The runs must
+against the procedural world's targets (also written to `--out` as world-eval writes a run: world_eval.md,
+world_eval.json and the figure world_eval.png). The runs must
 differ only in `--seed`, `--episodes` and where and how they ran (`--out`, `--threads`, ...): the
 procedural world only (PushT's clone policy is trained from clips drawn from `--seed`, so its runs
 score different clones under one name).
@@ -18,9 +19,10 @@ import argparse
 import json
 from pathlib import Path
 
+from cosmos3_gym.cli import folder_error
 from cosmos3_gym.model.model import default_dtype
-from cosmos3_gym.world.harness import markdown_report, pool_records
-from cosmos3_gym.world_eval import LEGEND, verdict
+from cosmos3_gym.world.harness import markdown_report, plot_report, pool_records
+from cosmos3_gym.world_eval import LEGEND, OUTPUTS, verdict
 
 PER_RUN = {"seed", "episodes", "out", "overwrite", "progress", "threads"}  # world-eval flags a part may set alone
 
@@ -45,10 +47,17 @@ def seed_ranges(seeds: list[int]) -> str:
     return ", ".join(runs)
 
 
+def out_folder(text: str) -> Path:
+    """``--out``'s value: a folder's name (an empty one would mean the current folder without saying so)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} names no folder; name one (or leave --out out to only print)")
+    return Path(text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("runs", nargs="+", type=Path, help="world-eval --out folders (or their world_eval.json)")
-    parser.add_argument("--out", type=Path, default=None, help="a folder for the pooled world_eval.json and .md")
+    parser.add_argument("--out", type=out_folder, default=None, help="a folder for the pooled world_eval.json, .md and .png")
     parser.add_argument("--overwrite", action="store_true", help="replace the world_eval files already in --out")
     args = parser.parse_args(argv)
     files = [run / "world_eval.json" if run.is_dir() else run for run in args.runs]
@@ -60,7 +69,7 @@ def main(argv=None) -> int:
             parser.error(f"--out {str(args.out)!r} is a file; pass a folder")
         if args.out.resolve() in {f.parent.resolve() for f in files}:
             parser.error(f"--out {str(args.out)!r} is one of the runs; pass another folder")
-        present = [name for name in ("world_eval.json", "world_eval.md") if (args.out / name).exists()]
+        present = [name for name in OUTPUTS if (args.out / name).exists()]
         if present and not args.overwrite:
             parser.error(f"--out {str(args.out)!r} already holds {', '.join(present)}; add --overwrite or choose "
                          "another folder")
@@ -90,6 +99,9 @@ def main(argv=None) -> int:
         pooled = {label: pool_records([run["records"][label] for run in runs]) for label in labels}
     except ValueError as error:
         parser.error(f"runs: {error}")
+    error = args.out and folder_error(args.out)  # made and proven writable now, not after the report
+    if error:
+        parser.error(f"--out: {error}")
     shared = settings(runs[0])
     sections = [f"# {len(runs)} world-eval runs pooled ({', '.join(str(f) for f in files)}); the flags they share: "
                 + ", ".join(f"{key}={value!r}" for key, value in sorted(shared.items())), "", LEGEND]
@@ -105,6 +117,7 @@ def main(argv=None) -> int:
             {"args": {**shared, "seed": first["seed"], "episodes": first["episodes"]}, "runs": [str(f) for f in files],
              "records": pooled}, allow_nan=False))
         (args.out / "world_eval.md").write_text(text)
+        plot_report(pooled, args.out / "world_eval.png")
     return 0
 
 

@@ -237,7 +237,8 @@ def check(args) -> int:
         for message in _plain_warnings(caught):  # on stderr: stdout keeps one line per check
             advice += 1
             print(f"{env_id:<34} {mode or '-':<8} warning    {message}", file=sys.stderr)
-    print(f"{2 * len(cases)} checks ({len(cases)} envs and action modes x Gymnasium, SB3): "
+    print(f"{2 * len(cases)} checks ({len(cases)} " + ("env in one action mode" if len(cases) == 1 else
+                                                        "envs and action modes") + " x Gymnasium, SB3): "
           + (f"{failures} FAILED (above)" if failures else "none failed")
           + (f", {refused} refused by SB3 as designed (noise mode)" if refused else "")
           + (f"; {advice} lines of the checkers' advice on stderr" if advice else ""))
@@ -492,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(an unbounded action space): that line reports SB3's own message; where SB3's checker "
                        "passes a Dict action space (noise mode of the sound and action envs), the line says that "
                        "SB3's algorithms do not take it. All of them take about 2 minutes on a 2-core CPU; "
-                       "--env checks one.")
+                       "--env ID (again for more) checks those alone.")
     p.add_argument("--env", action="append", type=_any_env_id, default=None, metavar="ENV_ID",
                    help="check only this env id (give it again for more; default: every registered id)")
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N", help=THREADS_HELP)

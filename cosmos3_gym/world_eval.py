@@ -41,6 +41,7 @@ import gymnasium as gym
 from .train.args import comma_separated, guidance_override, parse_args, require_at_least
 from .world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
 from .rollout.procedural_world import GOALS, checked_success_margin
+from .rollout.seeding import SEED_RANGE
 from .world.pusht_coverage import require_gym_pusht
 
 
@@ -108,8 +109,11 @@ class WorldEvalArgs:
             raise ValueError(f"--disagreement {self.disagreement}: use 0 (off) or a number of samples >= 2")
         self.steps_list = comma_separated("--num-steps", self.num_steps, int, "integers")
         self.noise_list = comma_separated("--noise-levels", self.noise_levels, float, "numbers")
-        if min(self.steps_list) < 1:
-            raise ValueError(f"--num-steps {self.num_steps}: use integers >= 1")
+        if min(self.steps_list) < 1 or len(set(self.steps_list)) < len(self.steps_list):
+            raise ValueError(f"--num-steps {self.num_steps}: use distinct integers >= 1 (each is one evaluation)")
+        if not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1] - (self.episodes - 1):  # the reset seeds are seed .. seed + episodes - 1
+            raise ValueError(f"--seed {self.seed}: use a seed in [0, 2**63 - {self.episodes}] (the reset seeds are "
+                             f"seed .. seed + {self.episodes - 1}, and the envs take seeds in [0, 2**63 - 1])")
         if not all(0 <= level < math.inf for level in self.noise_list) or len(set(self.noise_list)) < len(self.noise_list):
             raise ValueError(f"--noise-levels {self.noise_levels}: use distinct finite values >= 0")
         self.sampler = {**guidance_override(self), **self._sde_noise_override()}  # refused before anything loads
@@ -136,6 +140,8 @@ class WorldEvalArgs:
         ``--overwrite``: refused now, not after the evaluation."""
         from .cli import folder_error
 
+        if not self.out.strip():
+            raise ValueError(f"--out {self.out!r} names no folder; name one (default: out/world_eval)")
         out = Path(self.out)
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {self.out!r} is a file; world-eval writes a folder (world_eval.json, .md, "

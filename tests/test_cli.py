@@ -373,7 +373,7 @@ def test_check_covers_the_pusht_envs_where_gym_pusht_is_installed(only_pusht_twi
     assert cli.main(["check"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out[:2]] == ["PushT-Twin-v0"] * 2 and all(l.endswith(" ok") for l in out[:2])
-    assert out[-1].startswith("2 checks (1 envs and action modes x Gymnasium, SB3): none failed")
+    assert out[-1].startswith("2 checks (1 env in one action mode x Gymnasium, SB3): none failed")
 
 
 def test_check_says_the_pusht_envs_were_not_checked_without_gym_pusht(only_pusht_twin, monkeypatch, capsys,
@@ -469,6 +469,10 @@ def test_world_eval_checks_goal_device_and_out_before_anything_loads(tmp_path, c
              (["--out", str(tmp_path / "a_file")], "is a file; world-eval writes a folder"),
              (["--out", str(tmp_path / "done")], "already holds world_eval.md; add --overwrite"),
              (["--threads", "-1"], "--threads -1 is too small"),
+             (["--seed", "-1"], "--seed -1: use a seed in [0, 2**63 - 12] (the reset seeds are seed .. seed + 11"),
+             (["--seed", str(2**63 - 2), "--episodes", "3"], "use a seed in [0, 2**63 - 3]"),  # 2**63 - 3 runs
+             (["--num-steps", "4,4"], "--num-steps 4,4: use distinct integers >= 1"),
+             (["--out", ""], "--out '' names no folder; name one"),
              (["--out", str(tmp_path / "a_file" / "sub")], f"cannot write to folder {str(tmp_path / 'a_file' / 'sub')!r}")]
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
     cases.append((["--out", str(tmp_path / "gone")], f"cannot write to folder {str(tmp_path / 'gone')!r}"))

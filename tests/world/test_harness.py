@@ -255,8 +255,9 @@ def test_records_that_do_not_pool_are_refused(pool_parts, change, message):
 
 
 def test_pool_world_eval_pools_world_eval_files_and_refuses_what_does_not_pool(pool_parts, tmp_path, capsys):
-    """benchmarks/pool_world_eval.py: world-eval's files pooled as pool_records pools their records;
-    runs of other flags, PushT runs, non-JSON and a --out that is a run or a file refused, one line each."""
+    """benchmarks/pool_world_eval.py: world-eval's files pooled as pool_records pools their records, its figure
+    beside them; runs of other flags, PushT runs, non-JSON, and a --out that is a run, a file, unwritable, empty or
+    holds any world-eval file (its figure alone too) refused, one line each, before the report prints."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("pool_world_eval", BENCHMARKS / "pool_world_eval.py")
@@ -277,8 +278,11 @@ def test_pool_world_eval_pools_world_eval_files_and_refuses_what_does_not_pool(p
     assert (tmp_path / "pooled" / "world_eval.md").read_text().rstrip("\n") == out.rstrip("\n")
     saved = json.loads((tmp_path / "pooled" / "world_eval.json").read_text())
     assert saved["records"]["m"] == harness.pool_records(parts) and saved["args"]["dtype"] == "float32"
+    assert (tmp_path / "pooled" / "world_eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # as world-eval's
     assert script.seed_ranges([0, 1, 2, 7, 8, 10]) == "0-2, 7-8, 10"
     (tmp_path / "a_file").write_text("x")
+    (tmp_path / "figure_only").mkdir()
+    (tmp_path / "figure_only" / "world_eval.png").write_text("an earlier run's figure")
     for argv, message in (([a, write("c", parts[1], success_margin=2.0)], "other flags than"),
                           ([a, write("d", parts[1], world="pusht")], "is a --world pusht run"),
                           ([a, str(tmp_path / "a_file")], "is not JSON"),
@@ -286,13 +290,18 @@ def test_pool_world_eval_pools_world_eval_files_and_refuses_what_does_not_pool(p
                           ([a, b, "--out", a], "is one of the runs"),
                           ([a, b, "--out", str(tmp_path / "a_file")], "is a file"),
                           ([a, b, "--out", str(tmp_path / "pooled")],
-                           "already holds world_eval.json, world_eval.md; add --overwrite"),
+                           "already holds world_eval.json, world_eval.md, world_eval.png; add --overwrite"),
+                          ([a, b, "--out", str(tmp_path / "figure_only")], "already holds world_eval.png; add"),
+                          ([a, b, "--out", ""], "argument --out: '' names no folder; name one"),
+                          ([a, b, "--out", str(tmp_path / "a_file" / "sub")], "--out: cannot write to folder"),
                           ([str(tmp_path / "nothing")], "no world_eval.json at")):
         with pytest.raises(SystemExit) as exit_:
             script.main(argv)
-        err = capsys.readouterr().err
+        out, err = capsys.readouterr()
         assert exit_.value.code == 2 and message in err and "Traceback" not in err, (argv, err)
+        assert out == ""  # refused before the report, not after it
     assert json.loads((tmp_path / "a" / "world_eval.json").read_text())["records"]["m"] == parts[0]  # untouched
+    assert (tmp_path / "figure_only" / "world_eval.png").read_text() == "an earlier run's figure"
 
 
 class LateWorld(NearMissWorld):
