@@ -57,7 +57,8 @@ def out_folder(text: str) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("runs", nargs="+", type=Path, help="world-eval --out folders (or their world_eval.json)")
-    parser.add_argument("--out", type=out_folder, default=None, help="a folder for the pooled world_eval.json, .md and .png")
+    parser.add_argument("--out", type=out_folder, default=None,
+                        help="a folder for the pooled world_eval.json, .md and .png")
     parser.add_argument("--overwrite", action="store_true", help="replace the world_eval files already in --out")
     args = parser.parse_args(argv)
     files = [run / "world_eval.json" if run.is_dir() else run for run in args.runs]

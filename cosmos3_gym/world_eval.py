@@ -111,7 +111,7 @@ class WorldEvalArgs:
         self.noise_list = comma_separated("--noise-levels", self.noise_levels, float, "numbers")
         if min(self.steps_list) < 1 or len(set(self.steps_list)) < len(self.steps_list):
             raise ValueError(f"--num-steps {self.num_steps}: use distinct integers >= 1 (each is one evaluation)")
-        if not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1] - (self.episodes - 1):  # the reset seeds are seed .. seed + episodes - 1
+        if not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1] - (self.episodes - 1):  # seed .. seed + episodes - 1
             raise ValueError(f"--seed {self.seed}: use a seed in [0, 2**63 - {self.episodes}] (the reset seeds are "
                              f"seed .. seed + {self.episodes - 1}, and the envs take seeds in [0, 2**63 - 1])")
         if not all(0 <= level < math.inf for level in self.noise_list) or len(set(self.noise_list)) < len(self.noise_list):

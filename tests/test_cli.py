@@ -386,7 +386,8 @@ def test_check_says_the_pusht_envs_were_not_checked_without_gym_pusht(only_pusht
     assert f"PushT-Twin-v0 not checked: gym-pusht is not installed: {PUSHT_INSTALL}" in captured.err
     assert cli.main(["check", "--env", "PushT-Twin-v0"]) == 2  # asked for by name: not a quiet pass
     captured = capsys.readouterr()
-    assert captured.out == "" and f"PushT-Twin-v0 not checked: gym-pusht is not installed: {PUSHT_INSTALL}" in captured.err
+    assert captured.out == ""
+    assert f"PushT-Twin-v0 not checked: gym-pusht is not installed: {PUSHT_INSTALL}" in captured.err
 
 
 def test_world_eval_takes_the_envs_keyword_names_for_its_sampler_flags(tmp_path, keep_threads):
