@@ -191,7 +191,7 @@ def check(args) -> int:
 
     import cosmos3_gym
 
-    wanted = args.env or [*cosmos3_gym.ENV_IDS, *cosmos3_gym.WORLD_ENV_IDS, *cosmos3_gym.PUSHT_ENV_IDS]
+    wanted = args.env or _registered_env_ids()
     cases = [(env_id, {"action_mode": mode, "num_steps": 2}, mode) for env_id in cosmos3_gym.ENV_IDS
              for mode in ("control", "noise") if env_id in wanted]
     from .world.pusht_coverage import PUSHT_INSTALL
@@ -427,11 +427,16 @@ def _rollout_env_id(text: str) -> str:
     return text
 
 
-def _any_env_id(text: str) -> str:
-    """``check --env``'s value: any registered id, rollout preset or world env."""
+def _registered_env_ids() -> list[str]:
+    """Every id the package registers: the rollout presets, then the world envs."""
     import cosmos3_gym
 
-    env_ids = [*cosmos3_gym.ENV_IDS, *cosmos3_gym.WORLD_ENV_IDS, *cosmos3_gym.PUSHT_ENV_IDS]
+    return [*cosmos3_gym.ENV_IDS, *cosmos3_gym.WORLD_ENV_IDS, *cosmos3_gym.PUSHT_ENV_IDS]
+
+
+def _any_env_id(text: str) -> str:
+    """``check --env``'s value: any registered id, rollout preset or world env."""
+    env_ids = _registered_env_ids()
     if text not in env_ids:
         raise _unknown_env_id(text, env_ids)
     return text

@@ -41,7 +41,7 @@ import gymnasium as gym
 from .train.args import comma_separated, guidance_override, parse_args, require_at_least
 from .world.harness import evaluate_world, key_numbers, markdown_report, plot_report, scripted_policies
 from .rollout.procedural_world import GOALS, checked_success_margin
-from .rollout.seeding import SEED_RANGE
+from .rollout.seeding import per_env_seeds
 from .world.pusht_coverage import require_gym_pusht
 
 
@@ -111,9 +111,12 @@ class WorldEvalArgs:
         self.noise_list = comma_separated("--noise-levels", self.noise_levels, float, "numbers")
         if min(self.steps_list) < 1 or len(set(self.steps_list)) < len(self.steps_list):
             raise ValueError(f"--num-steps {self.num_steps}: use distinct integers >= 1 (each is one evaluation)")
-        if not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1] - (self.episodes - 1):  # seed .. seed + episodes - 1
+        try:  # the reset seeds, seed .. seed + episodes - 1, as a vector env of that many envs would take them
+            per_env_seeds(self.seed, self.episodes)
+        except ValueError:
             raise ValueError(f"--seed {self.seed}: use a seed in [0, 2**63 - {self.episodes}] (the reset seeds are "
-                             f"seed .. seed + {self.episodes - 1}, and the envs take seeds in [0, 2**63 - 1])")
+                             f"seed .. seed + {self.episodes - 1}, and the envs take seeds in [0, 2**63 - 1])"
+                             ) from None
         if not all(0 <= level < math.inf for level in self.noise_list) or len(set(self.noise_list)) < len(self.noise_list):
             raise ValueError(f"--noise-levels {self.noise_levels}: use distinct finite values >= 0")
         self.sampler = {**guidance_override(self), **self._sde_noise_override()}  # refused before anything loads
