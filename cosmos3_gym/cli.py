@@ -362,7 +362,37 @@ def _check_file(parser, flag: str, path: Path, overwrite: bool) -> None:
     _check_folder(parser, flag, target.parent)
 
 
+def _resolve_bench_defaults(parser, args) -> None:
+    """bench's size defaults follow the machine: the embedded model at 32x32 for the world on the CPU (Edge
+    at 480x480 would not finish there), Edge at 480 elsewhere; --cpu times one env, so --mode is refused."""
+    if args.cpu and args.mode not in ("t2v", "world"):
+        parser.error(f"--mode {args.mode} does not apply with --cpu: the CPU bench times the env of --env "
+                     "(default Cosmos3Rollout-v0; e.g. --env Cosmos3PolicyRollout-v0), or --mode world the world env")
+    args.model = args.model or ("tiny" if args.cpu and args.mode == "world" else "edge")
+    args.height = args.height or (32 if args.model == "tiny" else 480)
+
+
+def _check_seed(parser, args) -> None:
+    """--seed and the seeds it implies (seed .. seed + count - 1: demo's one episode, rollout's
+    episodes, evaluate's samples) lie in the envs' seed range: refused before any model loads."""
+    from .rollout.seeding import per_env_seeds
+
+    count = {"demo": 1, "rollout": getattr(args, "episodes", 1), "evaluate": getattr(args, "samples", 1)}
+    if args.command not in count:
+        return
+    try:
+        per_env_seeds(args.seed, count[args.command])
+    except ValueError:
+        implied = f" (the seeds used are seed .. seed + {count[args.command] - 1})" if count[args.command] > 1 else ""
+        parser.error(f"argument --seed: {args.seed} is invalid; use a seed in [0, 2**63 - {count[args.command]}]"
+                     f"{implied}")
+
+
 def _check_outputs(parser, args) -> None:
+    for flag in ("out", "trajectory"):  # an empty path would be skipped unnoticed, writing nothing
+        value = getattr(args, flag, None)
+        if value is not None and not value.strip():
+            parser.error(f"argument --{flag}: {value!r} is empty; name a path, or leave the flag out")
     if args.command == "demo":
         from imageio.config import known_extensions
 
@@ -509,10 +539,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu", action="store_true", help="on the CPU: the embedded model against SyncVectorEnv (with "
                    "--mode world: the world bench)")
     common(p, device=False, overwrite=False)
-    p.add_argument("--model", choices=["edge", "nano", "tiny"], default="edge", help="GPU: random weights at this "
-                   "size; tiny: the embedded model (--mode world only) (default: %(default)s)")
+    p.add_argument("--model", choices=["edge", "nano", "tiny"], default=None, help="GPU: random weights at this "
+                   "size; tiny: the embedded model (--mode world only) (default: edge; tiny with --cpu --mode world)")
     p.add_argument("--num-envs", type=_positive_int, default=16, help="envs stepped together (default: %(default)s)")
-    p.add_argument("--height", type=_positive_int, default=480, help="GPU: pixels (default: %(default)s)")
+    p.add_argument("--height", type=_positive_int, default=None, help="GPU: pixels (default: 480; 32 with --model "
+                   "tiny)")
     p.add_argument("--width", type=_positive_int, default=None, help="GPU: pixels (default: 832; --mode world is "
                    "square, --height pixels)")
     p.add_argument("--frames", type=_positive_int, default=None, help="GPU: video frames (default 21; 17 in an "
@@ -577,7 +608,10 @@ def main(argv=None) -> int:
         unknown_flags_error(command_parser, unknown, f"cosmos3-gym {args.command}")
     if hasattr(args, "device"):
         _check_device(command_parser, args)
+    _check_seed(command_parser, args)
     _check_outputs(command_parser, args)  # after the device check: it creates the output folders
+    if args.command == "bench":
+        _resolve_bench_defaults(command_parser, args)
     if args.command == "bench" and args.model == "tiny" and args.mode != "world":
         command_parser.error(f"--model tiny is for --mode world only (got --mode {args.mode}); use edge or nano")
     if args.command == "bench" and args.mode == "world":

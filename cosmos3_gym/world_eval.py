@@ -28,6 +28,7 @@ return (successes from gym-pusht's random starts are rare).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import platform
@@ -45,7 +46,8 @@ from .rollout.seeding import per_env_seeds
 from .world.pusht_coverage import require_gym_pusht
 
 
-WORLDS = ("procedural", "pusht")
+WORLD_ENVS = {"procedural": "Cosmos3World-v0", "pusht": "Cosmos3PushT-v0"}  # --world: the imagined env it scores
+WORLDS = tuple(WORLD_ENVS)
 # The trust targets of each world: sensitivity ratio at most, Spearman rho (the figure's metric) at least,
 # exploit rate at most
 TARGETS = {"procedural": {"ratio": 0.2, "spearman": 0.95, "exploit_rate": 0.05},
@@ -120,6 +122,7 @@ class WorldEvalArgs:
         if not all(0 <= level < math.inf for level in self.noise_list) or len(set(self.noise_list)) < len(self.noise_list):
             raise ValueError(f"--noise-levels {self.noise_levels}: use distinct finite values >= 0")
         self.sampler = {**guidance_override(self), **self._sde_noise_override()}  # refused before anything loads
+        self._check_sampler()
         checked_success_margin(self.success_margin, name="--success-margin")
         if self.goal and self.goal not in GOALS:
             raise ValueError(f"--goal {self.goal!r} is not a goal corner; use one of {list(GOALS)} (quoted), or "
@@ -136,6 +139,12 @@ class WorldEvalArgs:
                 check_checkpoint(self.checkpoint)
             except FileNotFoundError as error:  # a usage error, as the other flags' (exit 2, no traceback)
                 raise ValueError(f"--checkpoint: {error}") from None
+            from .world.envs import check_checkpoint_world
+
+            try:
+                check_checkpoint_world(self.checkpoint, WORLD_ENVS[self.world])
+            except ValueError as error:
+                raise ValueError(f"--checkpoint: {error} (--world {self.world})") from None
         self._check_out()  # last: it makes the folder
 
     def _check_out(self) -> None:
@@ -156,6 +165,20 @@ class WorldEvalArgs:
         error = folder_error(out)
         if error:
             raise ValueError(f"--out: {error}")
+
+    def _check_sampler(self) -> None:
+        """Each ``--num-steps`` with the sampler flags, against the imagined env's own preset rules (the
+        forward-dynamics preset both world envs use): refused now, not once the model has loaded."""
+        from .env.presets import load_preset
+
+        preset = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id=WORLD_ENVS[self.world])
+        for steps in self.steps_list:
+            try:
+                preset.override(num_steps=steps, **self.sampler)
+            except ValueError as error:
+                flags = "--num-steps" + ", --guidance" * ("guidance_scale" in self.sampler) + (
+                    ", --sde-noise" * ("noise_level" in self.sampler))
+                raise ValueError(f"{flags}: {error}") from None
 
     def _sde_noise_override(self) -> dict:
         """``--sde-noise`` as the imagined env's keyword arguments ("": the env's own noise level)."""

@@ -15,6 +15,16 @@ def tiny_model():
     return Cosmos3Model.embedded(device="cpu")
 
 
+@pytest.fixture(scope="session")
+def stand_in_model():
+    """The embedded weights as a model built in memory (no checkpoint folder to read a world from): the
+    PushT tests' cheap stand-in for a PushT model, which the world envs take as it is. Loaded from the
+    embedded checkpoint, the same model is refused by Cosmos3PushT-v0 (trained for the procedural world)."""
+    model = Cosmos3Model.embedded(device="cpu")
+    model.checkpoint_path = None
+    return model
+
+
 @pytest.fixture
 def make_env():
     envs = []

@@ -62,9 +62,29 @@ def cli_error(argv, capsys) -> str:
     (["bench", "--cpu", "--mode", "world", "--workers", "2"], "--workers 2 does not apply to --mode world"),
     (["bench", "--cpu", "--mode", "world", "--width", "64"], "--width 64 does not apply to --mode world"),
     (["bench", "--cpu", "--mode", "world", "--frames", "1"], "--frames 1 is invalid in --mode world: use >= 2"),
+    (["demo", "--seed", "-1"], "argument --seed: -1 is invalid; use a seed in [0, 2**63 - 1]"),
+    (["demo", "--seed", str(2**63)], f"argument --seed: {2**63} is invalid; use a seed in [0, 2**63 - 1]"),
+    (["rollout", "--seed", str(2**63 - 2)], "use a seed in [0, 2**63 - 4] (the seeds used are seed .. seed + 3)"),
+    (["evaluate", "--seed", "-1"], "argument --seed: -1 is invalid; use a seed in [0, 2**63 - 128] (the seeds"),
+    (["evaluate", "--out", ""], "argument --out: '' is empty; name a path, or leave the flag out"),
+    (["demo", "--trajectory", " "], "argument --trajectory: ' ' is empty; name a path"),
+    (["rollout", "--out", ""], "argument --out: '' is empty; name a path"),
+    (["bench", "--cpu", "--mode", "policy"], "--mode policy does not apply with --cpu: the CPU bench times the env of "
+                                             "--env"),
 ])
 def test_bad_inputs_are_argparse_errors(argv, expected, capsys, no_run):
     assert expected in cli_error(argv, capsys)
+
+
+def test_the_cpu_world_bench_defaults_to_the_embedded_model(monkeypatch):
+    """Edge at 480x480 would not finish on a CPU: --cpu --mode world benches the tiny world at 32x32 unless the
+    flags say otherwise."""
+    seen = []
+    monkeypatch.setattr(cli, "bench", lambda args: seen.append((args.model, args.height)) or 0)
+    cli.main(["bench", "--cpu", "--mode", "world"])
+    cli.main(["bench", "--cpu", "--mode", "world", "--model", "edge"])
+    cli.main(["bench", "--cpu", "--mode", "world", "--height", "64"])
+    assert seen == [("tiny", 32), ("edge", 480), ("tiny", 64)]
 
 
 @pytest.mark.parametrize("command", ["demo", "rollout", "evaluate"])
@@ -480,6 +500,17 @@ def test_world_eval_checks_goal_device_and_out_before_anything_loads(tmp_path, c
     for world in ("procedural", "pusht"):  # a checkpoint that is not there, in either world
         cases.append((["--world", world, "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "new")],
                       f"--checkpoint: checkpoint={str(tmp_path / 'nope')!r} is not a directory"))
+    # what the imagined env's preset refuses, and a checkpoint trained for the other world
+    from cosmos3_gym.model.tiny_model import TINY_CHECKPOINT
+    from cosmos3_gym.world.pusht import PUSHT_CHECKPOINT
+
+    new = ["--out", str(tmp_path / "new")]
+    cases += [(["--num-steps", "4,1001", *new], "--num-steps: preset 'Cosmos3World-v0': num_steps=1001 is invalid"),
+              (["--guidance", "11", *new], "--num-steps, --guidance: preset 'Cosmos3World-v0': guidance_scale=11.0 "
+                                           "lies outside guidance_bounds=[1.0, 10.0]"),
+              (["--checkpoint", str(PUSHT_CHECKPOINT), *new], "was trained for Cosmos3PushT-v0"),
+              (["--world", "pusht", "--checkpoint", str(TINY_CHECKPOINT), *new],
+               "was trained for Cosmos3World-v0 (")]
     if not torch.cuda.is_available():
         cases.append((["--device", "cuda", "--out", str(tmp_path / "new")], "no CUDA device is available"))
     for flags, message in cases:
@@ -488,6 +519,7 @@ def test_world_eval_checks_goal_device_and_out_before_anything_loads(tmp_path, c
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and message in err and "Traceback" not in err
     assert (tmp_path / "done" / "world_eval.md").read_text() == "an earlier run"
+    assert not (tmp_path / "new").exists()  # refused before --out was made
 
 
 @pytest.mark.slow
@@ -545,9 +577,10 @@ def test_world_eval_scores_the_shipped_pusht_model_against_gym_pusht(tmp_path, m
 
 def test_a_value_the_env_refuses_after_the_model_loads_is_a_one_line_error(tmp_path, capsys, keep_threads):
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["demo", "--steps", "2", "--seed", "-1", "--out", str(tmp_path / "demo.mp4")])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "cosmos3-gym demo: error: seed=-1 is out of range" in err
+        cli.main(["demo", "--steps", "1", "--prompt", "red ball " * 400, "--out", str(tmp_path / "demo.mp4")])
+    err = capsys.readouterr().err  # the token budget is the tokenizer's to count: known only once the model loads
+    assert exit_.value.code == 2 and "cosmos3-gym demo: error: prompt 'red ball red ball" in err
+    assert "the budget is max_prompt_tokens=1024: shorten it" in err
     assert "Traceback" not in err
 
 

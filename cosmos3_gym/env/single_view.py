@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..model.interrupts import installing
+from ..rollout.seeding import checked_seed
 from .presets import check_keywords
 from .spaces import action_hint, checked_action
 
@@ -98,9 +99,10 @@ class SingleEnvView(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if isinstance(options, dict) and "reset_mask" in options:
             raise ValueError("options['reset_mask'] is a vector-env option; a single env always resets its episode")
+        seed = None if seed is None else checked_seed(seed)  # one env, one integer: a list is a vector env's
         with installing("reset"):
             obs, infos = self.vector.reset(seed=seed, options=options)
-            super().reset(seed=None if seed is None else int(seed))  # Gymnasium's np_random, once the reset stands
+            super().reset(seed=seed)  # Gymnasium's np_random, once the reset stands
             return unbatched(obs), self._reset_info(infos)
 
     def step(self, action):

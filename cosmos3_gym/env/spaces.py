@@ -10,7 +10,8 @@ import torch
 from gymnasium import spaces
 
 from ..rollout.engine import RobotRequest, RolloutEngine
-from ..model.model import Cosmos3Model
+from ..model.model import Cosmos3Model, checked_device
+from ..model.tasks import checked_domain
 from ..rollout.streams import OBS_KEYS
 from .presets import Preset
 from ..model.tiny_model import TINY_CHECKPOINT
@@ -33,14 +34,32 @@ def build_engine(preset: Preset, num_slots: int, device=None, dtype=None,
         raise ValueError(f"dtype={dtype!r} is not supported; use torch.float32, torch.bfloat16 or torch.float16")
     if model is None:
         model = Cosmos3Model.from_pretrained(preset.checkpoint or TINY_CHECKPOINT, device=device, dtype=dtype)
+    else:
+        check_model_placement(model, device, dtype)
     grid = preset.sigma_grid_for(model.scheduler, model.pipeline.config.use_native_flow_schedule)
     robot = None
     if preset.action_task:
         robot = RobotRequest(preset.conditioning, chunk=preset.num_frames - 1,
                              resolution_tier=preset.resolution_tier, view_point=preset.view_point)
-    return RolloutEngine(model, num_slots, num_frames=preset.num_frames, height=preset.height,
-                         width=preset.width, fps=preset.fps, grid=grid, kind=preset.kind,
-                         max_prompt_tokens=preset.max_prompt_tokens, sound=preset.sound, robot=robot)
+    engine = RolloutEngine(model, num_slots, num_frames=preset.num_frames, height=preset.height,
+                           width=preset.width, fps=preset.fps, grid=grid, kind=preset.kind,
+                           max_prompt_tokens=preset.max_prompt_tokens, sound=preset.sound, robot=robot)
+    if robot is not None:  # at construction, not at the first reset
+        checked_domain(preset.domain, engine.stream_shapes["action"][1], "domain")
+    return engine
+
+
+def check_model_placement(model: Cosmos3Model, device, dtype) -> None:
+    """A ``ValueError`` where ``device=`` or ``dtype=`` asks for another place than the given model's:
+    a shared model runs where it was loaded, so a differing request would be ignored."""
+    if device is not None:
+        wanted = checked_device(device)
+        if wanted.type != model.device.type or wanted.index not in (None, model.device.index):
+            raise ValueError(f"device={device!r} and model= (on {model.device}) were both given; a shared model "
+                             "runs where it was loaded: drop device=, or load the model on that device")
+    if dtype is not None and dtype != model.dtype:
+        raise ValueError(f"dtype={dtype!r} and model= (in {model.dtype}) were both given; a shared model runs in "
+                         "the dtype it was loaded in: drop dtype=, or load the model in that dtype")
 
 
 def _latent_boxes(stream_shapes: dict) -> dict:
@@ -100,7 +119,7 @@ def finite_float32(values, name: str, device="cpu") -> torch.Tensor:
     if bool(not_finite.any()):
         first = tuple(not_finite.nonzero()[0].tolist())
         raise ValueError(f"{name} holds NaN or Inf in float32 ({int(not_finite.sum())} of {tensor.numel()} entries; "
-                         f"the first, {name}{list(first)} = {float(exact[first].double()):g}); every entry must be "
+                         f"the first, {name}{list(first)} = {float(exact[first].double())!r}); every entry must be "
                          f"finite (float32 holds magnitudes up to {float(torch.finfo(torch.float32).max):.4g})")
     return tensor
 
@@ -156,7 +175,7 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
         if bool(outside.any()):
             first = tuple(outside.nonzero()[0].tolist())
             shown = tensor.tolist() if tensor.numel() <= 8 else (
-                f"array ({int(outside.sum())} entries outside; the first, {name}{list(first)} = {float(exact[first]):g})")
+                f"array ({int(outside.sum())} entries outside; the first, {name}{list(first)} = {float(exact[first])!r})")
             uniform = space.low.min() == space.low.max() and space.high.min() == space.high.max()
             bounds = (f"[{space.low.min():g}, {space.high.max():g}] (every entry)" if uniform
                       else f"low={space.low.tolist()}, high={space.high.tolist()}")

@@ -119,6 +119,7 @@ class Cosmos3Model(ConditionEncoding):
             _fold_weight_norm(self.sound_tokenizer)
             self.sound_tokenizer.requires_grad_(False).eval()
         self.weights_version = 0
+        self.checkpoint_path: Path | None = None  # the folder from_pretrained read (None: built in memory)
         self._conditions: OrderedDict = OrderedDict()  # encoded conditions by input digest (LRU)
         self._owner: int | None = None  # the thread inside a forward, an encode, a decode or an update
         self._depth = 0  # how deeply that thread's calls nest
@@ -178,11 +179,13 @@ class Cosmos3Model(ConditionEncoding):
         scheduler = getattr(diffusers, scheduler_config["_class_name"]).from_config(scheduler_config)
         index_file = path / "model_index.json"
         index = read_json(index_file, "model_index.json") if index_file.is_file() else {}
-        return cls.from_components(
+        model = cls.from_components(
             transformer, vae, tokenizer, scheduler, device, dtype, attention, compile, sound_tokenizer, cuda_graphs,
             default_use_system_prompt=index.get("default_use_system_prompt", True),
             use_native_flow_schedule=index.get("use_native_flow_schedule", False),
         )
+        model.checkpoint_path = path
+        return model
 
     @classmethod
     def embedded(cls, device=None, dtype=None, cuda_graphs: bool | None = None) -> "Cosmos3Model":

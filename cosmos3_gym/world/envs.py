@@ -20,7 +20,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
+from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, reset_generator, rng_continuation
 from ..model.interrupts import deferred_interrupts
 from ..model.tasks import Task
 from ..env.presets import WORLD_ENV_HINTS, check_keywords, load_preset
@@ -80,17 +80,19 @@ def check_frame_size(size: int, env_id: str, checkpoint, model) -> None:
                          f"shrinks each side {factor}x)")
 
 
-def check_checkpoint_world(checkpoint, env_id: str) -> None:
+def check_checkpoint_world(checkpoint, env_id: str, given: str = "checkpoint") -> None:
     """A ``ValueError`` where ``checkpoint``'s ``training.json`` says it was trained for another world
-    than ``env_id``'s (a checkpoint without a record, or from elsewhere, is taken as it is)."""
+    than ``env_id``'s (a checkpoint without a record, or from elsewhere, is taken as it is); ``given``:
+    how the caller named it (``"model"``: the folder a shared ``model=`` was loaded from)."""
     found = training_record(checkpoint)
     if found is None:
         return
+    named = f"checkpoint={checkpoint!r}" if given == "checkpoint" else f"model= (loaded from {str(checkpoint)!r})"
     record, command = found[0], found[1].get("command")
     words = command.split()[:3] if isinstance(command, str) else []
     world = TRAINED_FOR.get(words[2]) if words[:2] == ["python", "-m"] and len(words) == 3 else None
     if world is not None and world != env_id:
-        raise ValueError(f"checkpoint={checkpoint!r} was trained for {world} ({record}: python -m {words[2]}), not "
+        raise ValueError(f"{named} was trained for {world} ({record}: python -m {words[2]}), not "
                          f"for {env_id}; use gym.make({world!r}, checkpoint=...), or a checkpoint trained for "
                          f"{env_id}")
 
@@ -171,10 +173,13 @@ class ProceduralWorldEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         checked_options(options, (), RESET_HINT)
-        super().reset(seed=None if seed is None else checked_seed(seed))
-        self.task = sample_task(self.np_random, self.size, self.goal)
-        self.position, self.frame, self.t = self.task.start, draw(self.task, self.task.start, self.size), 0
-        return self.frame.copy(), {"prompt": self.task.prompt}
+        rng, rng_seed = reset_generator(self, None if seed is None else checked_seed(seed))
+        task = sample_task(rng, self.size, self.goal)
+        frame = draw(task, task.start, self.size)
+        with deferred_interrupts():  # drawn on a copy, installed whole
+            self._np_random, self._np_random_seed = rng, rng_seed
+            self.task, self.position, self.frame, self.t = task, task.start, frame, 0
+            return self.frame.copy(), {"prompt": self.task.prompt}
 
     def step(self, action):
         if self.task is None or self.t is None:
@@ -264,6 +269,9 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
                  success_margin: float = 0.0):
         self.num_envs = _checked_int("num_envs", num_envs)
         self.disagreement = _checked_int("disagreement", disagreement, 0)
+        if self.disagreement == 1:
+            raise ValueError("disagreement=1 is invalid: one sample has no spread; use 0 (off) or a number of "
+                             "samples >= 2")
         self.chunk, self.horizon = checked_chunk(chunk), _checked_int("horizon", horizon)
         self.size, self.goal = _checked_int("size", size, 16), checked_goal(goal)
         self._success_margin = checked_success_margin(success_margin, self.size)
@@ -272,6 +280,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         self.autoreset_mode, self.render_mode = checked_autoreset_mode(autoreset_mode), render_mode
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         check_checkpoint_world(checkpoint, self.env_id)
+        check_checkpoint_world(getattr(model, "checkpoint_path", None), self.env_id, given="model")
         # the forward-dynamics preset under this env's id, so that a bad keyword's error names the env made
         forward_dynamics = dataclasses.replace(load_preset("Cosmos3ForwardDynamicsRollout-v0"), id=self.env_id)
         self.preset = forward_dynamics.override(
@@ -307,7 +316,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         checked_options(options, (), self.reset_hint)
         seeds = per_env_seeds(seed, self.num_envs)
         if seeds is None:
-            seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rngs]
+            seeds = [int(r.integers(SEED_RANGE[1])) for r in self._rng_continuation()]  # installed below, or not at all
         rngs = [np.random.default_rng(s) for s in seeds]
         starts = {i: self._first_episode(s, rng) for i, (s, rng) in enumerate(zip(seeds, rngs))}
         with deferred_interrupts():  # the return value is built in the section: a Ctrl-C there says it took effect
@@ -493,7 +502,7 @@ class Cosmos3WorldVectorEnv(AutoresetVectorEnv):
         return {"disagreement": values, "_disagreement": np.isin(np.arange(self.num_envs), stepping)}
 
     def render(self):
-        if not can_render(self):
+        if not can_render(self) or not self._started:
             return None
         return tuple(frame.copy() for frame in self.frames)
 
@@ -514,7 +523,8 @@ class WorldEnvView(SingleEnvView):
         return obs, reward, terminated, truncated, info
 
     def render(self):
-        return self.vector.render()[0] if can_render(self) else None
+        frames = self.vector.render() if can_render(self) else None
+        return None if frames is None else frames[0]
 
 
 class Cosmos3WorldEnv(WorldEnvView):

@@ -48,6 +48,7 @@ Needs ``pip install -e '.[pusht]'`` in a clone of the repository (gym-pusht: pym
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +62,8 @@ from ..env.infos import object_column
 from ..env.rendering import can_render
 from ..env.single_view import check_view_keywords, checked_vector_env
 from ..env.spaces import checked_action, checked_options
-from ..rollout.seeding import SEED_RANGE, checked_seed
+from ..model.interrupts import deferred_interrupts
+from ..rollout.seeding import SEED_RANGE, checked_seed, reset_generator
 from .envs import Cosmos3WorldVectorEnv, WorldEnvView, _checked_int, checked_chunk, training_record
 from .pusht_coverage import SIZE, agent_position, chunk_coverages, make_pusht, pusht_reward
 
@@ -168,6 +170,9 @@ class PushTTwinEnv(gym.Env):
     Terminated when gym-pusht terminates (coverage > its ``success_threshold``, 0.95): the rest of
     the chunk is not played. Truncated after ``horizon`` chunks (default ``ceil(300 / chunk)``,
     gym-pusht's 300 steps).
+    A chunk is played whole: a Ctrl-C during ``step`` or ``reset`` waits until the call has
+    finished; an error raised inside gym-pusht ends the episode (call ``reset()``), since its
+    physics cannot be rolled back.
 
     ## Info
     ``frames`` (uint8 ``[chunk, 96, 96, 3]``, one per action; after a success the success frame
@@ -202,40 +207,54 @@ class PushTTwinEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         checked_options(options, (), RESET_HINT)
         seed = None if seed is None else checked_seed(seed)  # a Python int: gym-pusht takes no numpy integer
-        super().reset(seed=seed)
+        rng, rng_seed = reset_generator(self, seed)
         if seed is None:  # gym-pusht keeps its own generator; draw its seed from ours
-            seed = int(self.np_random.integers(SEED_RANGE[1]))
-        self.frame, info = self.pusht.reset(seed=seed)
-        self.t = 0
-        return self.frame.copy(), {**info, "coverage": float(self.pusht._get_coverage())}
+            seed = int(rng.integers(SEED_RANGE[1]))
+        with self._played_whole():
+            self.frame, info = self.pusht.reset(seed=seed)
+            self._np_random, self._np_random_seed, self.t = rng, rng_seed, 0
+            return self.frame.copy(), {**info, "coverage": float(self.pusht._get_coverage())}
 
     def step(self, action):
         if self.t is None:
             raise RuntimeError("call reset() before step() (and after an episode ends)")
         action = checked_action(action, self.action_space, bounds_hint=TARGET_HINT).numpy()
         frames, coverages, reward, info, success = [], [], 0.0, {}, False
-        for target in action:
-            frame, r, terminated, _, info = self.pusht.step(target)
-            frames.append(frame)
-            coverages.append(float(info["coverage"]))
-            reward += float(r)
-            if terminated:
-                success = True
-                break
-        played = len(frames)
-        frames = np.stack(frames + [frames[-1]] * (self.chunk - played))
-        coverages = np.array(coverages + [coverages[-1]] * (self.chunk - played))
-        self.t += 1
-        self.frame = frames[-1]
-        truncated = self.t >= self.horizon and not success
-        if success or truncated:
-            self.t = None
-        info = {**info, "frames": frames, "coverages": coverages, "coverage": coverages[-1], "played": played,
-                "success": success, "is_success": success}
-        return self.frame.copy(), reward, success, truncated, info
+        with self._played_whole():
+            for target in action:
+                frame, r, terminated, _, info = self.pusht.step(target)
+                frames.append(frame)
+                coverages.append(float(info["coverage"]))
+                reward += float(r)
+                if terminated:
+                    success = True
+                    break
+            played = len(frames)
+            frames = np.stack(frames + [frames[-1]] * (self.chunk - played))
+            coverages = np.array(coverages + [coverages[-1]] * (self.chunk - played))
+            self.t += 1
+            self.frame = frames[-1]
+            truncated = self.t >= self.horizon and not success
+            if success or truncated:
+                self.t = None
+            info = {**info, "frames": frames, "coverages": coverages, "coverage": coverages[-1], "played": played,
+                    "success": success, "is_success": success}
+            return self.frame.copy(), reward, success, truncated, info
 
     def render(self):
         return None if not can_render(self) or self.frame is None else self.frame.copy()
+
+    @contextmanager
+    def _played_whole(self):
+        """gym-pusht's physics has no undo: a Ctrl-C waits until the call has finished (and then says
+        it took effect), and an error inside gym-pusht ends the episode (``reset()`` before the next
+        step) rather than leave it half played."""
+        with deferred_interrupts():
+            try:
+                yield
+            except BaseException:
+                self.t = None
+                raise
 
     def close(self):
         self.pusht.close()
@@ -269,7 +288,8 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
     ``kind``, ``guidance_scale``, ``noise_level``, ``domain``, ``autoreset_mode``, ``render_mode``,
     ``checkpoint`` (a PushT-trained Cosmos 3; default: :data:`PUSHT_CHECKPOINT`), ``device``,
     ``dtype``, ``model``, ``action_frame`` (``"canvas"`` or ``"agent"``, what the model's actions are
-    measured from; default: the checkpoint's, :func:`checkpoint_action_frame`; ``"canvas"`` with ``model=``).
+    measured from; default: the checkpoint's, :func:`checkpoint_action_frame`, or with ``model=`` that of the
+    folder it was loaded from; ``"canvas"`` for a model built in memory).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10, "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -289,13 +309,17 @@ class Cosmos3PushTVectorEnv(Cosmos3WorldVectorEnv):
         horizon = default_horizon(chunk) if horizon is None else _checked_int("horizon", horizon)
         if not isinstance(prompt, str) or not prompt:
             raise ValueError(f"prompt={prompt!r} is invalid; use a non-empty string")
+        if not isinstance(exact_coverage, (bool, np.bool_)):
+            raise ValueError(f"exact_coverage={exact_coverage!r} is invalid; use True (refine the block's pose with "
+                             "gym-pusht's renderer) or False (the smooth fit only)")
         self.pusht = make_pusht()  # before the model loads: a missing gym-pusht fails fast
         if not checkpoint and model is None:
             checkpoint = PUSHT_CHECKPOINT
         if action_frame is not None:
             self.action_frame = checked_action_frame(action_frame)
-        else:  # a checkpoint that is not a path is refused by the model's own check below
-            self.action_frame = checkpoint_action_frame(checkpoint) if isinstance(checkpoint, str) else "canvas"
+        else:  # the record of checkpoint=, or of the folder model= came from (a bad checkpoint is refused below)
+            source = checkpoint or getattr(model, "checkpoint_path", None)
+            self.action_frame = checkpoint_action_frame(source) if isinstance(source, (str, Path)) else "canvas"
         super().__init__(num_envs, chunk=chunk, horizon=horizon, size=SIZE, num_steps=num_steps, kind=kind,
                          guidance_scale=guidance_scale, noise_level=noise_level, domain=domain,
                          autoreset_mode=autoreset_mode, render_mode=render_mode, checkpoint=checkpoint, device=device,

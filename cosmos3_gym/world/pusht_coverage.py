@@ -38,6 +38,7 @@ poor fit) has coverage 0: an imagined world earns reward only for a block it dra
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -419,7 +420,30 @@ def make_pusht(**kwargs):
         raise TypeError(f"unknown keyword(s) {unknown}: PushT-Twin-v0 takes chunk, horizon and render_mode, and "
                         f"passes the rest to gym-pusht's PushTEnv, which takes {allowed} (the observation is "
                         "always obs_type='pixels' at 96x96, the space Cosmos3PushT-v0 imagines)")
+    checked_pusht_keywords(kwargs)
     return PushTEnv(obs_type="pixels", render_mode="rgb_array", **kwargs)
+
+
+def checked_pusht_keywords(kwargs: dict) -> None:
+    """A ``ValueError`` for a value of gym-pusht's keywords that it would take and fail on later (pymunk
+    aborts the whole process on a negative or NaN damping; a bad size fails when a frame is drawn)."""
+    def real(value) -> bool:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+    damping = kwargs.get("damping")
+    if damping is not None and not (real(damping) and 0 <= damping < math.inf):
+        raise ValueError(f"damping={damping!r} is invalid; use None (gym-pusht's default, 0) or a finite number "
+                         ">= 0 (pymunk's space damping)")
+    cog = kwargs.get("block_cog")
+    if cog is not None and not (isinstance(cog, (tuple, list, np.ndarray)) and len(cog) == 2
+                                and all(real(c) and math.isfinite(c) for c in cog)):
+        raise ValueError(f"block_cog={cog!r} is invalid; use None (the block's own centre of gravity) or two "
+                         "finite numbers (x, y) in the block's frame")
+    for name in ("visualization_width", "visualization_height"):
+        value = kwargs.get(name, 1)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < 1:
+            raise ValueError(f"{name}={value!r} is invalid; use an integer >= 1 (pixels of gym-pusht's "
+                             "visualization; the observation stays 96x96)")
 
 
 T_CENTER_OF_GRAVITY = np.array([0.0, 45.0])  # add_tee: the mean of its two shapes' centres of gravity

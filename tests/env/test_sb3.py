@@ -53,7 +53,7 @@ def test_adapter_refuses_a_plain_gymnasium_vector_env_and_the_keywords_it_sets()
 
 
 @pytest.mark.parametrize("env_id", ["Cosmos3World-v0", "Cosmos3PushT-v0"])
-def test_make_builds_the_imagined_worlds_as_their_own_vector_envs_do(env_id, tiny_model):
+def test_make_builds_the_imagined_worlds_as_their_own_vector_envs_do(env_id, stand_in_model):
     """Cosmos3SB3VecEnv.make(world id) is the adapter over the world's own vector env with same-step
     autoreset: the same first frames and the same imagined steps, bit for bit; its keywords are
     checked as gym.make_vec's, and Ray workers (rollout presets only) are refused."""
@@ -62,9 +62,9 @@ def test_make_builds_the_imagined_worlds_as_their_own_vector_envs_do(env_id, tin
 
     if env_id == "Cosmos3PushT-v0":
         pytest.importorskip("gym_pusht")
-    made = Cosmos3SB3VecEnv.make(env_id, num_envs=2, num_steps=1, model=tiny_model)
+    made = Cosmos3SB3VecEnv.make(env_id, num_envs=2, num_steps=1, model=stand_in_model)
     by_hand = Cosmos3SB3VecEnv(gym.make_vec(env_id, num_envs=2, vectorization_mode="vector_entry_point", num_steps=1,
-                                            model=tiny_model, autoreset_mode=AutoresetMode.SAME_STEP))
+                                            model=stand_in_model, autoreset_mode=AutoresetMode.SAME_STEP))
     assert made.venv.env_id == env_id and made.venv.autoreset_mode == AutoresetMode.SAME_STEP
     assert made.observation_space == by_hand.observation_space and made.action_space == by_hand.action_space
     actions = np.stack([made.action_space.sample() for _ in range(2)])
@@ -73,7 +73,7 @@ def test_make_builds_the_imagined_worlds_as_their_own_vector_envs_do(env_id, tin
     np.testing.assert_array_equal(made.reset(), by_hand.reset())
     np.testing.assert_array_equal(made.step(actions)[0], by_hand.step(actions)[0])
     with pytest.raises(TypeError, match="did you mean 'num_steps'"):
-        Cosmos3SB3VecEnv.make(env_id, num_envs=2, num_step=1, model=tiny_model)
+        Cosmos3SB3VecEnv.make(env_id, num_envs=2, num_step=1, model=stand_in_model)
     with pytest.raises(ValueError, match=rf"num_workers=2: {env_id} runs in this process only"):
         Cosmos3SB3VecEnv.make(env_id, num_envs=2, num_workers=2)
 

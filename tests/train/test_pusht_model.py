@@ -42,15 +42,15 @@ def _clip(seed: int, actions: np.ndarray) -> Clips:
 
 
 @pytest.mark.parametrize("action_frame", ["canvas", "agent"])
-def test_training_batches_are_what_the_env_feeds_the_model(tiny_model, action_frame):
+def test_training_batches_are_what_the_env_feeds_the_model(stand_in_model, action_frame):
     """A second code path: the env's own step on the same frame and actions, read back from its
     trajectory, whose clean elements are the env's conditioning. The trainer's clip latent frame 0 is
     the env's condition, its actions the env's (in either action frame), and its rows the engine's
     prompt tokens (conditional and unconditional), fps, clean frames and actions, domain and latent grid."""
     actions = np.random.default_rng(0).uniform(0, 512, (8, 2)).astype(np.float32)
-    pool = pusht_pool(tiny_model, _clip(5, actions), PushTTrainArgs(**SMALL).resolution_tier, "cpu",
+    pool = pusht_pool(stand_in_model, _clip(5, actions), PushTTrainArgs(**SMALL).resolution_tier, "cpu",
                       action_frame=action_frame)
-    env = Cosmos3PushTVectorEnv(1, model=tiny_model, num_steps=1, exact_coverage=False, action_frame=action_frame)
+    env = Cosmos3PushTVectorEnv(1, model=stand_in_model, num_steps=1, exact_coverage=False, action_frame=action_frame)
     env.reset(seed=5)
     _, _, _, _, infos = env.step(actions[None])
     env.close()
@@ -60,13 +60,13 @@ def test_training_batches_are_what_the_env_feeds_the_model(tiny_model, action_fr
     torch.testing.assert_close(pool.latents[0][:, 0], condition[:, 0], rtol=0, atol=1e-5)
     for uncond_prob, ids in ((0.0, trajectory.cond_ids), (1.0, trajectory.uncond_ids)):
         args = PushTTrainArgs(**{**SMALL, "batch": 1, "uncond_prob": uncond_prob})
-        rows, x0, generated = training_batch(tiny_model, "forward_dynamics", args, None, np.random.default_rng(0), {},
+        rows, x0, generated = training_batch(stand_in_model, "forward_dynamics", args, None, np.random.default_rng(0), {},
                                              {"dynamics": pool})
         (row,) = rows
         assert list(row.input_ids) == ids
         assert row.fps == trajectory.fps and list(row.clean_frames) == trajectory.clean_frames
         assert list(row.clean_actions) == trajectory.clean_actions
-        assert row.domain_id == checked_domain(trajectory.domain, tiny_model.transformer.config.action_dim)[0]
+        assert row.domain_id == checked_domain(trajectory.domain, stand_in_model.transformer.config.action_dim)[0]
         assert x0["video"].shape[1:] == condition.shape
         torch.testing.assert_close(x0["action"][0], given, rtol=0, atol=0)
 
@@ -218,12 +218,12 @@ def test_the_held_out_loss_is_measured_on_clean_conditions(clips):
         torch.testing.assert_close(measured[name], clean[name], rtol=0, atol=0)
 
 
-def test_latent_foreground_marks_the_latent_cells_that_see_the_block_or_the_agent(tiny_model, clips):
+def test_latent_foreground_marks_the_latent_cells_that_see_the_block_or_the_agent(stand_in_model, clips):
     """Against numpy loops over gym-pusht's own frames: a latent element is marked where any pixel of
     its frames (frame 0 alone, then groups of four) and its 4x4 cell is not the table."""
     frames = clips.frames[:2]
-    marked = latent_foreground(tiny_model, frames).numpy()
-    step, cell = tiny_model.temporal_compression, tiny_model.spatial_compression
+    marked = latent_foreground(stand_in_model, frames).numpy()
+    step, cell = stand_in_model.temporal_compression, stand_in_model.spatial_compression
     groups = [[0]] + [list(range(1 + step * t, 1 + step * (t + 1))) for t in range((frames.shape[1] - 1) // step)]
     pixels = frames.min(axis=-1) < TABLE_LEVEL
     expected = np.zeros_like(marked)
@@ -274,7 +274,7 @@ def _episode(seed: int, chunks: np.ndarray) -> Clips:
 
 
 @pytest.mark.parametrize("action_frame", ["canvas", "agent"])
-def test_imagined_conditions_are_what_the_env_imagines_and_encodes(tiny_model, action_frame):
+def test_imagined_conditions_are_what_the_env_imagines_and_encodes(stand_in_model, action_frame):
     """A second code path: ``Cosmos3PushT-v0``'s own ``imagine`` from the first clip's first frame under
     its actions (the env's sampler settings, the seed the trainer draws), its last frame encoded by the
     env's condition encoder: the trainer's imagined condition of the second clip; the rest of the
@@ -283,15 +283,15 @@ def test_imagined_conditions_are_what_the_env_imagines_and_encodes(tiny_model, a
     chunks = np.random.default_rng(1).uniform(100, 400, (2, 8, 2)).astype(np.float32)
     clips = _episode(4, chunks)
     args = PushTTrainArgs(**SMALL, imagined_steps=2, action_frame=action_frame)
-    everything = pusht_pool(tiny_model, clips, args.resolution_tier, "cpu", action_frame=action_frame)
+    everything = pusht_pool(stand_in_model, clips, args.resolution_tier, "cpu", action_frame=action_frame)
     following = successors(clips, np.ones(2, dtype=bool))
     assert following.tolist() == [1]
-    pool = imagined_pool(tiny_model, clips, everything, following, args, seed=0)
+    pool = imagined_pool(stand_in_model, clips, everything, following, args, seed=0)
     seed = int(np.random.default_rng([args.data_seed, 2, 0]).integers(0, 2 ** 62, 1)[0])
-    env = Cosmos3PushTVectorEnv(1, model=tiny_model, num_steps=2, exact_coverage=False, action_frame=action_frame)
+    env = Cosmos3PushTVectorEnv(1, model=stand_in_model, num_steps=2, exact_coverage=False, action_frame=action_frame)
     imagined = env.imagine(clips.frames[:1, 0], chunks[:1], [seed], [PROMPT])
     expected = model_actions(chunks[1:], imagined[:, -1] if action_frame == "agent" else None)
-    (condition,) = tiny_model.encode_action_conditions("forward_dynamics", 8, args.resolution_tier, imagined[:, -1],
+    (condition,) = stand_in_model.encode_action_conditions("forward_dynamics", 8, args.resolution_tier, imagined[:, -1],
                                                        expected)
     env.close()
     torch.testing.assert_close(pool.latents[0, :, 0], condition.latent[:, 0], rtol=0, atol=1e-6)

@@ -33,10 +33,10 @@ def reference():
 
 
 @pytest.fixture
-def dream(tiny_model):
+def dream(stand_in_model):
     def make(**kwargs):
         kwargs.setdefault("num_steps", 2)
-        return gym.make("Cosmos3PushT-v0", model=tiny_model, **kwargs)
+        return gym.make("Cosmos3PushT-v0", model=stand_in_model, **kwargs)
     return make
 
 
@@ -58,7 +58,7 @@ def test_spaces_are_gym_pushts_pixels_and_a_chunk_of_its_actions(reference, drea
         gym.make("PushT-Twin-v0", chunk=6)
 
 
-def test_reset_is_gym_pushts_reset_bit_for_bit(reference, dream, tiny_model):
+def test_reset_is_gym_pushts_reset_bit_for_bit(reference, dream, stand_in_model):
     twin, imagined = gym.make("PushT-Twin-v0"), dream()
     for seed in (0, 1, 7, 12345):
         expected, info = reference.reset(seed=seed)
@@ -66,7 +66,7 @@ def test_reset_is_gym_pushts_reset_bit_for_bit(reference, dream, tiny_model):
             obs, _ = env.reset(seed=seed)
             assert obs.dtype == np.uint8
             np.testing.assert_array_equal(obs, expected)
-    vector = Cosmos3PushTVectorEnv(3, num_steps=2, model=tiny_model)  # env i: gym-pusht's reset(seed=s + i)
+    vector = Cosmos3PushTVectorEnv(3, num_steps=2, model=stand_in_model)  # env i: gym-pusht's reset(seed=s + i)
     obs, infos = vector.reset(seed=20)
     for i in range(3):
         np.testing.assert_array_equal(obs[i], reference.reset(seed=20 + i)[0])
@@ -212,7 +212,7 @@ def test_the_twin_replays_exactly_and_ends_at_gym_pushts_success():
         env.step(np.tile(agent, (8, 1)))
 
 
-def test_an_imagined_world_that_imagines_the_truth_scores_as_the_truth(tiny_model):
+def test_an_imagined_world_that_imagines_the_truth_scores_as_the_truth(stand_in_model):
     """The imagined env's reward, success and episode end, read from pixels, against the twin's, read
     from gym-pusht's state: the model replaced by gym-pusht itself (a perfect world model)."""
     start = {"reset_to_state": pc.reset_state((100.0, 460.0), (262.0, 266.0, np.pi / 4 + 0.05))}  # near the goal
@@ -226,7 +226,7 @@ def test_an_imagined_world_that_imagines_the_truth_scores_as_the_truth(tiny_mode
             imagined = np.stack([[self.truth.step(a)[0] for a in chunk] for chunk in targets])
             return imagined, [self.Trajectory()] * len(slots), None  # no disagreement asked for
 
-    perfect, twin = Perfect(1, num_steps=1, model=tiny_model), PushTTwinEnv()
+    perfect, twin = Perfect(1, num_steps=1, model=stand_in_model), PushTTwinEnv()
     perfect.truth = pc.make_pusht()
     perfect.reset(seed=0)
     twin.reset(seed=0)
@@ -271,7 +271,7 @@ def test_agent_frame_actions_are_the_targets_from_where_the_agent_is_seen(refere
     np.testing.assert_array_equal(model_actions(chunks[:1], table[None]), (chunks[:1] - 256.0) / 512.0)
 
 
-def test_the_dream_measures_actions_in_its_checkpoints_frame(dream, tiny_model, tmp_path, monkeypatch):
+def test_the_dream_measures_actions_in_its_checkpoints_frame(dream, stand_in_model, tmp_path, monkeypatch):
     """The frame comes from the checkpoint's record (canvas for the shipped model, for one without a
     record and with ``model=``), or from ``action_frame=``; each step conditions the model on its chunk
     in that frame, measured from the frame the env is in at that step; a bad frame or record is refused
@@ -282,7 +282,7 @@ def test_the_dream_measures_actions_in_its_checkpoints_frame(dream, tiny_model, 
     assert dream().unwrapped.vector.action_frame == "canvas"
     loaded = []
     monkeypatch.setattr(model_module.Cosmos3Model, "from_pretrained",
-                        lambda checkpoint, **kwargs: loaded.append(checkpoint) or tiny_model)
+                        lambda checkpoint, **kwargs: loaded.append(checkpoint) or stand_in_model)
     record = tmp_path / "training.json"
     record.write_text('{"args": {"action_frame": "agent"}}')
     env = Cosmos3PushTVectorEnv(1, checkpoint=str(tmp_path), num_steps=1, exact_coverage=False)

@@ -142,7 +142,7 @@ def test_the_inner_trajectory_replays_and_a_bad_action_changes_nothing(world, ti
     assert (ratio - 1).abs().max() < 1e-6
     assert info["log_prob_sum"] == pytest.approx(float(trajectory.log_prob_sums.sum()), rel=1e-6)
     before = env.unwrapped.vector.frames.copy(), env.unwrapped.vector.t.copy()
-    with pytest.raises(ValueError, match=r"action array \(16 entries outside; the first, action\[0, 0\] = -2\) lies "
+    with pytest.raises(ValueError, match=r"action array \(16 entries outside; the first, action\[0, 0\] = -2.0\) lies "
                                          r"outside the action space bounds \[-1, 1\] \(every entry\) \(a velocity"):
         env.step(LEFT_DOWN * 2)
     np.testing.assert_array_equal(env.unwrapped.vector.frames, before[0])
