@@ -565,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=bench)
 
     p = command("evaluate", help="colour and direction accuracy of generated videos for the world's "
-                       "captions, read back with its detector")
+                       "captions, read back with its detector (an audio-video env's sound is not scored)")
     common(p)
     p.add_argument("--samples", type=_positive_int, default=128, help="generated videos (default: %(default)s)")
     p.add_argument("--seed", type=int, default=2024, help="seed of the captions and of the episodes "

@@ -66,6 +66,16 @@ reset seed.
   for each policy, the largest true-score gap to a policy the dream orders the other way; 0 = the dream's ranking
   loses nothing, in the units of the score).
 """
+# PushT's report reads positions otherwise (cosmos3_gym.world.pusht_eval): the two lines that differ
+PUSHT_LEGEND = LEGEND.replace(
+    "the object's centre in the dream against the twin's, in pixels, under the episode's own\n"
+    "  actions, another episode's (shuffled) and zero actions.",
+    "the agent's and the block's colour masses in the dream against the twin's (the mean of the\n"
+    "  two errors, in pixels of the 96x96 frame; a frame without one counts its diagonal), under the episode's own\n"
+    "  actions, another episode's (shuffled) and held ones (every target at the canvas centre; the JSON keeps the key\n"
+    "  \"zero\" for them).").replace(
+    '"object lost": the share of imagined episodes whose last frame shows no object.',
+    '"object lost": the share of imagined episodes whose last frame no T pose fits (the block is lost).')
 DTYPES = ("", "float32", "bfloat16")  # world-eval's --dtype ("": the model's default for its device)
 OUTPUTS = ("world_eval.json", "world_eval.md", "world_eval.png")  # what a run writes in --out
 
@@ -73,7 +83,7 @@ OUTPUTS = ("world_eval.json", "world_eval.md", "world_eval.png")  # what a run w
 @dataclass
 class WorldEvalArgs:
     world: str = "procedural"  # procedural: Cosmos3World-v0 vs ProceduralWorld-v0; pusht: Cosmos3PushT-v0 vs gym-pusht
-    episodes: int = 12  # reset seeds per policy (and per sensitivity condition), at least 2
+    episodes: int = 12  # reset seeds per policy (and per sensitivity condition), >= 2 (shuffling needs another)
     num_steps: str = "8,4"  # denoising steps per imagined chunk, comma-separated (8: the envs' default)
     guidance: float = 0.0  # classifier-free guidance scale of the imagined world (0: the env's default, Cosmos3World-v0's 1 and Cosmos3PushT-v0's 4; 1: none, half the rows)
     noise_levels: str = ""  # the greedy policies' command noise, comma-separated ("": 0,1,2,4,8; pusht: 0,20,40)
@@ -274,7 +284,7 @@ def main(argv=None) -> dict:
               f" --device {args.device} --dtype {args.dtype}" +
               f"; {platform.machine()}, torch {torch.__version__}, "
               f"torch threads {torch.get_num_threads()}; {seconds:.0f} s in all ({cpu_seconds:.0f} s of CPU time)")
-    sections = [header, "", LEGEND]
+    sections = [header, "", PUSHT_LEGEND if args.world == "pusht" else LEGEND]
     for label, record in records.items():
         sec = record["seconds"]
         sections += [f"## {dream_name} {label} vs {truth_name} ({args.episodes} episodes per "
@@ -288,6 +298,7 @@ def main(argv=None) -> dict:
                                                      "records": records}, allow_nan=False))
     plot_report(records, out / "world_eval.png", metric=metric)
     print(text)
+    print(f"wrote {', '.join(OUTPUTS)} in {out}/")
     return records
 
 

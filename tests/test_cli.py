@@ -569,7 +569,11 @@ def test_world_eval_scores_the_shipped_pusht_model_against_gym_pusht(tmp_path, m
     assert text.startswith("# cosmos3-gym world-eval --world pusht --horizon 1")
     assert "Cosmos3PushT-v0 (actions in the canvas frame) num_steps=1 vs PushT-Twin-v0" in text
     assert "block IoU under the true actions" in text
+    # PushT's legend: positions are the agent's and the block's, held actions stand for zero ones, lost is the T's
+    assert "the agent's and the block's colour masses" in text and "held ones" in text and "no T pose fits" in text
+    assert "zero actions" not in text.split("## ")[0]
     assert (tmp_path / "world_eval.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote world_eval.json, world_eval.md, world_eval.png in {tmp_path}/" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_:
         cli.main(["world-eval", "--world", "pusht", "--goal", "top left"])
     assert exit_.value.code == 2 and "leave them out with --world pusht" in capsys.readouterr().err

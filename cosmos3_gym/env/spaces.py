@@ -175,7 +175,8 @@ def checked_action(action, space: spaces.Box | spaces.Dict, batch_shape: tuple =
         if bool(outside.any()):
             first = tuple(outside.nonzero()[0].tolist())
             shown = tensor.tolist() if tensor.numel() <= 8 else (
-                f"array ({int(outside.sum())} entries outside; the first, {name}{list(first)} = {float(exact[first])!r})")
+                f"array ({int(outside.sum())} entries outside; the first, {name}{list(first)} = "
+                f"{float(exact[first])!r})")
             uniform = space.low.min() == space.low.max() and space.high.min() == space.high.max()
             bounds = (f"[{space.low.min():g}, {space.high.max():g}] (every entry)" if uniform
                       else f"low={space.low.tolist()}, high={space.high.tolist()}")

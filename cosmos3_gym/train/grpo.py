@@ -14,9 +14,11 @@ from ..rollout.trajectory import Trajectory
 from ..rollout.transition import replay_log_probs
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+def group_advantages(rewards, group_size: int) -> torch.Tensor:
     """``[B, 1]`` advantages: each reward standardised within its group of ``group_size``
-    consecutive envs (the envs that shared a prompt and a conditioning)."""
+    consecutive envs (the envs that shared a prompt and a conditioning). ``rewards``: ``B`` numbers, a
+    tensor or the vector env's numpy rewards."""
+    rewards = torch.as_tensor(rewards)
     if group_size < 2 or rewards.numel() % group_size:
         raise ValueError(f"group_size={group_size} with {rewards.numel()} rewards: a group needs 2 or more members "
                          "(advantages are relative within it) and the rewards must split into whole groups")
@@ -66,7 +68,12 @@ def grpo_update(policy: Cosmos3Model, optimizer: torch.optim.Optimizer, trajecto
     else:
         old_log_probs = torch.stack([sum(getattr(t, LOG_PROB_SUMS[name]) for name in streams) for t in trajectories])
         reduction = "sum"
-    advantages = advantages.to(old_log_probs.device)
+    advantages = torch.as_tensor(advantages, dtype=torch.float32)
+    if advantages.numel() != len(trajectories) or advantages.dim() > 2:
+        raise ValueError(f"advantages has shape {tuple(advantages.shape)} for {len(trajectories)} trajectories; pass "
+                         f"one per trajectory, [{len(trajectories)}] or [{len(trajectories)}, 1] as group_advantages "
+                         "gives")
+    advantages = advantages.reshape(-1, 1).to(old_log_probs.device)
     if reference is not None:
         with torch.no_grad():
             reference_log_probs = replay_log_probs(reference, trajectories, reduction=reduction, streams=streams,

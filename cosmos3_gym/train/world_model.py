@@ -60,19 +60,19 @@ TASKS = (Task.T2V, Task.T2I, Task.FORWARD_DYNAMICS, Task.INVERSE_DYNAMICS, Task.
 
 @dataclass
 class TrainArgs:
-    out: str = "out/cosmos3-tiny"
+    out: str = "out/cosmos3-tiny"  # the checkpoint folder written (diffusers layout, with training.json and its curve)
     overwrite: bool = False  # replace a checkpoint already in --out (the shipped one: cosmos3_gym/assets/cosmos3-tiny)
-    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"  # where it trains (default: cuda if torch sees one)
     data_seed: int = 0  # the world's videos come from np.random.default_rng(data_seed)
     init_seed: int = 0  # the untrained weights (tiny_model.build_tiny_components)
-    vae_steps: int = 3000
-    vae_batch: int = 32
-    vae_lr: float = 1e-3
-    kl_weight: float = 1e-6
-    steps: int = 8000
-    batch: int = 64
-    lr: float = 5e-4
-    uncond_prob: float = 0.1
+    vae_steps: int = 3000  # VAE steps first (0 with --init-from: keep its VAE; 1-15 s each on 2 CPU cores)
+    vae_batch: int = 32  # clips per VAE step
+    vae_lr: float = 1e-3  # the VAE's peak learning rate (warm-up, then cosine decay)
+    kl_weight: float = 1e-6  # the VAE's KL term
+    steps: int = 8000  # transformer steps (fewer if --max-minutes ends the run first)
+    batch: int = 64  # rows per transformer step
+    lr: float = 5e-4  # the transformer's peak learning rate (warm-up, then cosine decay)
+    uncond_prob: float = 0.1  # share of text rows trained without their prompt (for classifier-free guidance)
     # (in closed loop the env conditions the model on its own imagined frames, never on clean ones)
     condition_noise: float = 0.0  # forward dynamics' condition latent + N(0, s^2), s ~ U(0, this) per clip
     # (the object is a few percent of a frame, and where it ends up is what the world's success reads)
@@ -87,15 +87,15 @@ class TrainArgs:
     # the true chunk is where the true world has the object, which the imagined frame may not show: a model that
     # learns to reach it learns to correct its own error toward a truth it cannot see (continuation J: it overshot)
     imagined_replay: bool = False  # targets: the chunk's commands replayed from where the imagined frame shows the object
-    log_every: int = 50
+    log_every: int = 50  # steps between the losses kept in <out>/training.json and its curve (the bars show progress)
     max_minutes: float = 0.0  # > 0: end the transformer stage once the whole run has taken this long
     init_from: str = ""  # a checkpoint to continue from (its transformer and VAE; with --vae-steps 0 the VAE is kept)
     task_weights: str = "t2v=1"  # e.g. t2v=3,t2i=1,forward_dynamics=2,inverse_dynamics=1,policy=1
     # phases before task_weights, "steps:weights" joined by "/": e.g. 1500:t2v=4,forward_dynamics=6/600:t2v=1
     # (forward dynamics beside text-to-video first, then text-to-video alone for the motion words)
     curriculum: str = ""  # phases before --task-weights: steps:weights joined by / (see above)
-    domain: str = "pusht"
-    resolution_tier: int = 256
+    domain: str = "pusht"  # the Cosmos 3 embodiment of the action tasks
+    resolution_tier: int = 256  # the canvas the action tasks' frames are padded into (the envs' tier)
     view_point: str = "ego_view"  # the camera named in the action caption (the presets' default)
     action_pool: int = 16384  # chunks for the dynamics tasks (of --action-mix); half as many expert ones (policy)
     # the dynamics chunks' kinds and weights (procedural_world.ACTION_KINDS): diverse commands, so that the model
@@ -105,11 +105,11 @@ class TrainArgs:
     # action clips per VAE step encoded in the tier's canvas, as the action tasks encode them (0: plain scenes only),
     # on every vae_canvas_every-th step: a canvas clip has 64 times a scene's pixels, and on the H200 the term at
     # every step took the VAE stage from 258 s to about 470 s
-    vae_canvas_batch: int = 4
-    vae_canvas_every: int = 4
+    vae_canvas_batch: int = 4  # canvas clips per such step (0: plain scenes only)
+    vae_canvas_every: int = 4  # add them on every this-many-th VAE step
     # e.g. 2000,2700: also save the weights after these transformer steps, in <out>/checkpoint-<step>
     # (steps the time budget does not reach are not saved)
-    checkpoint_steps: str = ""
+    checkpoint_steps: str = ""  # comma-separated transformer steps after which to also save the weights (see above)
 
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1, imagined_pool=1)

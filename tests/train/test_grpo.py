@@ -1,5 +1,7 @@
 """Flow-GRPO's update (cosmos3_gym.train.grpo): group advantages, the clipped loss, the KL to a reference."""
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -125,4 +127,32 @@ def test_a_bad_micro_batch_is_refused_before_any_step(rollouts, micro_batch):
     optimizer = torch.optim.SGD(policy.transformer.parameters(), lr=1.0)
     with pytest.raises(ValueError, match=rf"micro_batch={micro_batch!r} is invalid; use an int >= 1"):
         grpo_update(policy, optimizer, rollouts, torch.ones(4, 1), epochs=1, micro_batch=micro_batch)
+    assert all(torch.equal(b, p) for b, p in zip(before, policy.transformer.parameters()))
+
+
+def test_group_advantages_take_the_vector_envs_numpy_rewards():
+    rewards = np.array([1.0, 3.0, 2.0, 2.0])
+    torch.testing.assert_close(group_advantages(rewards, group_size=2),
+                               group_advantages(torch.tensor(rewards), group_size=2))
+
+
+def test_advantages_are_one_per_trajectory_in_either_shape(rollouts):
+    """[B] and [B, 1] take the same step (a [B] vector used to broadcast against the steps instead); another
+    count is refused before any step."""
+    weights = []
+    for advantages in (torch.tensor([[1.0], [-1.0], [0.5], [-0.5]]), np.array([1.0, -1.0, 0.5, -0.5])):
+        policy = perturbed(1e-3)
+        optimizer = torch.optim.SGD(policy.transformer.parameters(), lr=1e-2)
+        grpo_update(policy, optimizer, rollouts, advantages, epochs=1)
+        weights.append([p.detach().clone() for p in policy.transformer.parameters()])
+    assert any(not torch.equal(a, b) for a, b in zip(weights[0], perturbed(1e-3).transformer.parameters()))
+    for a, b in zip(*weights):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    policy = perturbed(1e-3)
+    before = [p.detach().clone() for p in policy.transformer.parameters()]
+    optimizer = torch.optim.SGD(policy.transformer.parameters(), lr=1.0)
+    for advantages in (torch.ones(3, 1), torch.ones(4, 2), torch.ones(1, 1, 4)):
+        with pytest.raises(ValueError, match=re.escape(f"advantages has shape {tuple(advantages.shape)} for 4 "
+                                                       "trajectories; pass one per trajectory, [4] or [4, 1]")):
+            grpo_update(policy, optimizer, rollouts, advantages, epochs=1)
     assert all(torch.equal(b, p) for b, p in zip(before, policy.transformer.parameters()))

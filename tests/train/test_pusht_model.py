@@ -60,8 +60,8 @@ def test_training_batches_are_what_the_env_feeds_the_model(stand_in_model, actio
     torch.testing.assert_close(pool.latents[0][:, 0], condition[:, 0], rtol=0, atol=1e-5)
     for uncond_prob, ids in ((0.0, trajectory.cond_ids), (1.0, trajectory.uncond_ids)):
         args = PushTTrainArgs(**{**SMALL, "batch": 1, "uncond_prob": uncond_prob})
-        rows, x0, generated = training_batch(stand_in_model, "forward_dynamics", args, None, np.random.default_rng(0), {},
-                                             {"dynamics": pool})
+        rows, x0, generated = training_batch(stand_in_model, "forward_dynamics", args, None,
+                                             np.random.default_rng(0), {}, {"dynamics": pool})
         (row,) = rows
         assert list(row.input_ids) == ids
         assert row.fps == trajectory.fps and list(row.clean_frames) == trajectory.clean_frames

@@ -58,7 +58,8 @@ def _fail_once(monkeypatch, target, name):
     monkeypatch.setattr(target, name, fail)
 
 
-@pytest.mark.parametrize("env_id", ["ProceduralWorld-v0", "Cosmos3World-v0", pytest.param("PushT-Twin-v0", marks=pusht)])
+@pytest.mark.parametrize("env_id", ["ProceduralWorld-v0", "Cosmos3World-v0",
+                                    pytest.param("PushT-Twin-v0", marks=pusht)])
 @pytest.mark.parametrize("seed", [None, 9])
 def test_a_reset_that_raises_leaves_the_envs_generator_as_it_was(make, monkeypatch, env_id, seed):
     """The next reset without a seed draws what it would have drawn had the failed reset never run."""
@@ -129,7 +130,8 @@ def test_a_shared_model_is_checked_as_its_checkpoint_would_be(tiny_model, stand_
                             ({"dtype": "bfloat16"}, r"dtype=torch.bfloat16 and model= \(in torch.float32\)")):
         with pytest.raises(ValueError, match=match):
             gym.make("Cosmos3World-v0", model=tiny_model, **keywords)
-    assert gym.make("Cosmos3World-v0", model=tiny_model, device="cpu", dtype="float32").unwrapped.vector.model is tiny_model
+    shared = gym.make("Cosmos3World-v0", model=tiny_model, device="cpu", dtype="float32")
+    assert shared.unwrapped.vector.model is tiny_model
     assert Cosmos3PushTVectorEnv(1, model=stand_in_model).model is stand_in_model  # built in memory: taken as it is
 
 
