@@ -7,7 +7,6 @@ whatever the number of envs per worker. Used by the engine too (it only checks s
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 
 SEED_RANGE = (0, 2**63 - 1)
@@ -44,15 +43,6 @@ def rng_continuation(rng: np.random.Generator) -> np.random.Generator:
     copy = np.random.default_rng()
     copy.bit_generator.state = rng.bit_generator.state
     return copy
-
-
-def reset_generator(env: gym.Env, seed: int | None) -> tuple[np.random.Generator, int | None]:
-    """The ``np_random`` (and its seed) that ``env.reset(seed=seed)`` installs, made without changing
-    ``env``: Gymnasium's generator for a seed (or a first reset), else a continuation of ``env``'s own.
-    Draw a reset from it, then install both, so that a reset that raises leaves ``env`` as it was."""
-    if seed is None and env._np_random is not None:
-        return rng_continuation(env._np_random), env._np_random_seed
-    return gym.utils.seeding.np_random(seed)
 
 
 def draw_seeds(rng: np.random.Generator, count: int) -> list[int]:

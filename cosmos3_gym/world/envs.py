@@ -17,10 +17,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
+from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, reset_generator, rng_continuation
+from ..rollout.seeding import SEED_RANGE, checked_seed, per_env_seeds, rng_continuation
 from ..model.interrupts import deferred_interrupts
 from ..model.tasks import Task
 from ..env.presets import WORLD_ENV_HINTS, check_keywords, load_preset
@@ -51,6 +52,15 @@ def _checked_int(name: str, value, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ValueError(f"{name}={value!r} is invalid; use an integer >= {low}")
     return int(value)
+
+
+def reset_generator(env: gym.Env, seed: int | None) -> tuple[np.random.Generator, int | None]:
+    """The ``np_random`` (and its seed) that ``env.reset(seed=seed)`` installs, made without changing
+    ``env``: Gymnasium's generator for a seed (or a first reset), else a continuation of ``env``'s own.
+    Draw a reset from it, then install both, so that a reset that raises leaves ``env`` as it was."""
+    if seed is None and env._np_random is not None:
+        return rng_continuation(env._np_random), env._np_random_seed
+    return seeding.np_random(seed)
 
 
 # The world each trainer's checkpoints imagine (a checkpoint's training.json names its trainer).

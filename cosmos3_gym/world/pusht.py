@@ -63,8 +63,9 @@ from ..env.rendering import can_render
 from ..env.single_view import check_view_keywords, checked_vector_env
 from ..env.spaces import checked_action, checked_options
 from ..model.interrupts import deferred_interrupts
-from ..rollout.seeding import SEED_RANGE, checked_seed, reset_generator
-from .envs import Cosmos3WorldVectorEnv, WorldEnvView, _checked_int, checked_chunk, training_record
+from ..rollout.seeding import SEED_RANGE, checked_seed
+from .envs import (Cosmos3WorldVectorEnv, WorldEnvView, _checked_int, checked_chunk, reset_generator,
+                   training_record)
 from .pusht_coverage import SIZE, agent_position, chunk_coverages, make_pusht, pusht_reward
 
 CHUNK = 8  # gym-pusht actions per step (Cosmos 3 generates 1 + 4m frames: chunk is a multiple of 4)
