@@ -374,10 +374,12 @@ def _resolve_bench_defaults(parser, args) -> None:
 
 def _check_seed(parser, args) -> None:
     """--seed and the seeds it implies (seed .. seed + count - 1: demo's one episode, rollout's
-    episodes, evaluate's samples) lie in the envs' seed range: refused before any model loads."""
+    episodes, evaluate's padded batches) lie in the envs' seed range: refused before any model loads."""
     from .rollout.seeding import per_env_seeds
 
-    count = {"demo": 1, "rollout": getattr(args, "episodes", 1), "evaluate": getattr(args, "samples", 1)}
+    # evaluate resets 32 envs at a time (16 in the action modes), the last batch padded: its seeds run to
+    # the next multiple of 32 (cosmos3_gym.evaluate.generations)
+    count = {"demo": 1, "rollout": getattr(args, "episodes", 1), "evaluate": -(-getattr(args, "samples", 1) // 32) * 32}
     if args.command not in count:
         return
     try:

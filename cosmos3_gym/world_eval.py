@@ -149,12 +149,14 @@ class WorldEvalArgs:
                 check_checkpoint(self.checkpoint)
             except FileNotFoundError as error:  # a usage error, as the other flags' (exit 2, no traceback)
                 raise ValueError(f"--checkpoint: {error}") from None
-            from .world.envs import check_checkpoint_world
+            from .world.envs import trained_for
 
-            try:
-                check_checkpoint_world(self.checkpoint, WORLD_ENVS[self.world])
-            except ValueError as error:
-                raise ValueError(f"--checkpoint: {error} (--world {self.world})") from None
+            found = trained_for(self.checkpoint)
+            if found is not None and found[2] != WORLD_ENVS[self.world]:
+                other = next(name for name, env_id in WORLD_ENVS.items() if env_id == found[2])
+                raise ValueError(f"--checkpoint {self.checkpoint!r} was trained for {found[2]} ({found[0]}: python -m "
+                                 f"{found[1]}), not for --world {self.world} ({WORLD_ENVS[self.world]}); add --world "
+                                 f"{other}, or pass a checkpoint trained for {WORLD_ENVS[self.world]}")
         self._check_out()  # last: it makes the folder
 
     def _check_out(self) -> None:

@@ -66,6 +66,8 @@ def cli_error(argv, capsys) -> str:
     (["demo", "--seed", str(2**63)], f"argument --seed: {2**63} is invalid; use a seed in [0, 2**63 - 1]"),
     (["rollout", "--seed", str(2**63 - 2)], "use a seed in [0, 2**63 - 4] (the seeds used are seed .. seed + 3)"),
     (["evaluate", "--seed", "-1"], "argument --seed: -1 is invalid; use a seed in [0, 2**63 - 128] (the seeds"),
+    (["evaluate", "--samples", "1", "--seed", str(2**63 - 2)], "use a seed in [0, 2**63 - 32] (the seeds used are "
+                                                               "seed .. seed + 31)"),  # one padded batch of 32
     (["evaluate", "--out", ""], "argument --out: '' is empty; name a path, or leave the flag out"),
     (["demo", "--trajectory", " "], "argument --trajectory: ' ' is empty; name a path"),
     (["rollout", "--out", ""], "argument --out: '' is empty; name a path"),

@@ -195,9 +195,14 @@ class Cosmos3RayVectorEnv(VectorEnv):
                 raise self._died(w, what, error) from error
         return results
 
-    def _died(self, w: int, what: str, error: BaseException) -> RuntimeError:
-        return RuntimeError(f"{what}: Ray worker {w} (envs {self._slices[w][0]}-{self._slices[w][-1]}) died "
-                            f"({type(error).__name__}); close() this env and build a new one")
+    def _died(self, w: int, what: str, error: BaseException) -> Exception:
+        envs = f"Ray worker {w} (envs {self._slices[w][0]}-{self._slices[w][-1]})"
+        if getattr(error, "actor_init_failed", False):  # its envs refused their arguments: the refusal, not a death
+            lines = [line for line in str(getattr(error, "error_msg", "")).splitlines() if line.strip()]
+            kind, _, reason = (lines[-1] if lines else "").partition(": ")
+            return (ValueError if kind == "ValueError" else RuntimeError)(
+                f"{what}: {envs} could not make its envs: {reason or type(error).__name__}")
+        return RuntimeError(f"{what}: {envs} died ({type(error).__name__}); close() this env and build a new one")
 
     @staticmethod
     def _undone(what: str) -> KeyboardInterrupt:

@@ -54,7 +54,8 @@ def check_model_placement(model: Cosmos3Model, device, dtype) -> None:
     a shared model runs where it was loaded, so a differing request would be ignored."""
     if device is not None:
         wanted = checked_device(device)
-        if wanted.type != model.device.type or wanted.index not in (None, model.device.index):
+        other_card = wanted.type != "cpu" and wanted.index not in (None, model.device.index)
+        if wanted.type != model.device.type or other_card:
             raise ValueError(f"device={device!r} and model= (on {model.device}) were both given; a shared model "
                              "runs where it was loaded: drop device=, or load the model on that device")
     if dtype is not None and dtype != model.dtype:

@@ -35,9 +35,11 @@ class Section:
 
     def hold(self) -> None:
         """From here to the end of the outermost section, hold SIGINT back (call it just before
-        installing). Elsewhere than in the main thread (which alone receives signals) it does nothing."""
+        installing). Elsewhere than in the main thread (which alone receives signals) it does nothing,
+        and so it does where the program has a SIGINT handler of its own (or ignores SIGINT): a Ctrl-C
+        is then that handler's, as it would be without the section."""
         root = self._root
-        if self._inert or root._held:
+        if self._inert or root._held or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             return
         root._previous = signal.signal(signal.SIGINT, lambda signum, frame: root._received.append(signum))
         root._held = True

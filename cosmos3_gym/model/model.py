@@ -184,7 +184,7 @@ class Cosmos3Model(ConditionEncoding):
             default_use_system_prompt=index.get("default_use_system_prompt", True),
             use_native_flow_schedule=index.get("use_native_flow_schedule", False),
         )
-        model.checkpoint_path = path
+        model.checkpoint_path = path.resolve()
         return model
 
     @classmethod

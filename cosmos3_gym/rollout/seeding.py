@@ -13,7 +13,9 @@ SEED_RANGE = (0, 2**63 - 1)
 
 
 def checked_seed(seed, name: str = "seed") -> int:
-    """``seed`` as an int in :data:`SEED_RANGE`, or ``ValueError`` naming it."""
+    """``seed`` (an integer, or a 0-d integer array) as an int in :data:`SEED_RANGE`, or ``ValueError`` naming it."""
+    if isinstance(seed, np.ndarray) and seed.ndim == 0:
+        seed = seed.item()
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"{name}={seed!r} is not an integer; pass an int in [0, 2**63 - 1] or None")
     if not SEED_RANGE[0] <= int(seed) <= SEED_RANGE[1]:

@@ -69,7 +69,7 @@ def grpo_update(policy: Cosmos3Model, optimizer: torch.optim.Optimizer, trajecto
         old_log_probs = torch.stack([sum(getattr(t, LOG_PROB_SUMS[name]) for name in streams) for t in trajectories])
         reduction = "sum"
     advantages = torch.as_tensor(advantages, dtype=torch.float32)
-    if advantages.numel() != len(trajectories) or advantages.dim() > 2:
+    if tuple(advantages.shape) not in ((len(trajectories),), (len(trajectories), 1)):
         raise ValueError(f"advantages has shape {tuple(advantages.shape)} for {len(trajectories)} trajectories; pass "
                          f"one per trajectory, [{len(trajectories)}] or [{len(trajectories)}, 1] as group_advantages "
                          "gives")

@@ -69,8 +69,10 @@ TRAINED_FOR = {"cosmos3_gym.train.world_model": "Cosmos3World-v0", "cosmos3_gym.
 
 def training_record(checkpoint) -> tuple[Path, dict] | None:
     """``checkpoint``'s ``training.json`` (its path and contents), or None where it has none."""
-    record = Path(checkpoint) / "training.json" if isinstance(checkpoint, (str, Path)) and checkpoint else None
-    if record is None or not record.is_file():
+    if not isinstance(checkpoint, (str, Path)) or not checkpoint:
+        return None
+    record = Path(checkpoint).expanduser() / "training.json"
+    if not record.is_file():
         return None
     return record, read_json(record, "the checkpoint's training record")
 
@@ -90,21 +92,29 @@ def check_frame_size(size: int, env_id: str, checkpoint, model) -> None:
                          f"shrinks each side {factor}x)")
 
 
+def trained_for(checkpoint) -> tuple[Path, str, str] | None:
+    """``(training.json, trainer module, world env id)`` where ``checkpoint``'s record names one of
+    :data:`TRAINED_FOR`'s trainers; None for a checkpoint without a record, or from elsewhere."""
+    found = training_record(checkpoint)
+    command = found[1].get("command") if found is not None else None
+    words = command.split()[:3] if isinstance(command, str) else []
+    if words[:2] != ["python", "-m"] or len(words) != 3 or words[2] not in TRAINED_FOR:
+        return None
+    return found[0], words[2], TRAINED_FOR[words[2]]
+
+
 def check_checkpoint_world(checkpoint, env_id: str, given: str = "checkpoint") -> None:
     """A ``ValueError`` where ``checkpoint``'s ``training.json`` says it was trained for another world
     than ``env_id``'s (a checkpoint without a record, or from elsewhere, is taken as it is); ``given``:
     how the caller named it (``"model"``: the folder a shared ``model=`` was loaded from)."""
-    found = training_record(checkpoint)
-    if found is None:
+    found = trained_for(checkpoint)
+    if found is None or found[2] == env_id:
         return
+    record, trainer, world = found
     named = f"checkpoint={checkpoint!r}" if given == "checkpoint" else f"model= (loaded from {str(checkpoint)!r})"
-    record, command = found[0], found[1].get("command")
-    words = command.split()[:3] if isinstance(command, str) else []
-    world = TRAINED_FOR.get(words[2]) if words[:2] == ["python", "-m"] and len(words) == 3 else None
-    if world is not None and world != env_id:
-        raise ValueError(f"{named} was trained for {world} ({record}: python -m {words[2]}), not "
-                         f"for {env_id}; use gym.make({world!r}, checkpoint=...), or a checkpoint trained for "
-                         f"{env_id}")
+    raise ValueError(f"{named} was trained for {world} ({record}: python -m {trainer}), not for {env_id}; use "
+                     f"gym.make({world!r}, {given}=...), or a {'model' if given == 'model' else 'checkpoint'} "
+                     f"trained for {env_id}")
 
 
 def checked_chunk(chunk) -> int:

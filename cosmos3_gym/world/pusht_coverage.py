@@ -427,18 +427,23 @@ def make_pusht(**kwargs):
 def checked_pusht_keywords(kwargs: dict) -> None:
     """A ``ValueError`` for a value of gym-pusht's keywords that it would take and fail on later (pymunk
     aborts the whole process on a negative or NaN damping; a bad size fails when a frame is drawn)."""
-    def real(value) -> bool:
-        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    def finite(value) -> bool:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            return False
+        try:
+            return math.isfinite(float(value))
+        except OverflowError:  # an int too large for a float
+            return False
 
     damping = kwargs.get("damping")
-    if damping is not None and not (real(damping) and 0 <= damping < math.inf):
+    if damping is not None and not (finite(damping) and damping >= 0):
         raise ValueError(f"damping={damping!r} is invalid; use None (gym-pusht's default, 0) or a finite number "
                          ">= 0 (pymunk's space damping)")
     cog = kwargs.get("block_cog")
-    if cog is not None and not (isinstance(cog, (tuple, list, np.ndarray)) and len(cog) == 2
-                                and all(real(c) and math.isfinite(c) for c in cog)):
-        raise ValueError(f"block_cog={cog!r} is invalid; use None (the block's own centre of gravity) or two "
-                         "finite numbers (x, y) in the block's frame")
+    if cog is not None and not (isinstance(cog, (tuple, list)) and len(cog) == 2
+                                and all(finite(c) and abs(c) <= 512 for c in cog)):
+        raise ValueError(f"block_cog={cog!r} is invalid; use None (the block's own centre of gravity) or a tuple of "
+                         "two numbers (x, y) in the block's frame, within the board's 512 units")
     for name in ("visualization_width", "visualization_height"):
         value = kwargs.get(name, 1)
         if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < 1:

@@ -263,3 +263,14 @@ def test_bad_layouts_are_refused_before_any_worker_starts():
         Cosmos3RayVectorEnv(4, num_workers=2, group_size=4)
     with pytest.raises(ValueError, match="reward='brightness' and reward_fn='<lambda>' both name the reward"):
         Cosmos3RayVectorEnv(2, num_workers=2, reward="brightness", reward_fn=lambda frames, prompts: frames[:, 0, 0, 0, 0])
+
+
+def test_a_worker_whose_envs_refuse_their_arguments_says_why(local_ray):
+    """A worker that cannot make its envs (here: a dtype its shared model was not loaded in) reports the
+    envs' own refusal as the ValueError it is, not as a worker that died."""
+    from cosmos3_gym.model.model import Cosmos3Model
+
+    with pytest.raises(ValueError, match=r"start: Ray worker 0 \(envs 0-1\) could not make its envs: "
+                                         r"dtype=torch.bfloat16 and model= \(in torch.float32\) were both given"):
+        Cosmos3RayVectorEnv(2, "Cosmos3Rollout-v0", num_workers=1, num_steps=1, dtype=torch.bfloat16,
+                            model=lambda: Cosmos3Model.embedded(device="cpu"))

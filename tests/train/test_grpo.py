@@ -151,7 +151,7 @@ def test_advantages_are_one_per_trajectory_in_either_shape(rollouts):
     policy = perturbed(1e-3)
     before = [p.detach().clone() for p in policy.transformer.parameters()]
     optimizer = torch.optim.SGD(policy.transformer.parameters(), lr=1.0)
-    for advantages in (torch.ones(3, 1), torch.ones(4, 2), torch.ones(1, 1, 4)):
+    for advantages in (torch.ones(3, 1), torch.ones(4, 2), torch.ones(1, 1, 4), torch.ones(1, 4), torch.ones(2, 2)):
         with pytest.raises(ValueError, match=re.escape(f"advantages has shape {tuple(advantages.shape)} for 4 "
                                                        "trajectories; pass one per trajectory, [4] or [4, 1]")):
             grpo_update(policy, optimizer, rollouts, advantages, epochs=1)

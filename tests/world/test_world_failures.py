@@ -41,10 +41,11 @@ def test_a_single_env_refuses_a_seed_list_before_it_resets(make, env_id):
     for e in (env, fresh):
         e.reset(seed=3)
         e.step(first)
-    for seed in ([5], (5,), np.array([5]), np.array(5)):
+    for seed in ([5], (5,), np.array([5]), np.array(5.0)):
         with pytest.raises(ValueError, match=r"seed=.*5.* is not an integer; pass an int in \[0, 2\*\*63 - 1\]"):
             env.reset(seed=seed)
     np.testing.assert_array_equal(env.step(second)[0], fresh.step(second)[0])
+    np.testing.assert_array_equal(env.reset(seed=np.array(7))[0], fresh.reset(seed=7)[0])  # a 0-d integer array is one
 
 
 def _fail_once(monkeypatch, target, name):
@@ -106,6 +107,15 @@ def test_the_twin_plays_a_chunk_whole_or_ends_the_episode(make, monkeypatch):
     def broken(action):
         raise RuntimeError("pymunk failed")
 
+    monkeypatch.setattr(env.unwrapped.pusht, "step", ctrl_c_at_the_third)  # a program that ignores Ctrl-C
+    calls.clear()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        played = env.step(TARGETS[0])[0]  # no KeyboardInterrupt: the program said to ignore it
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    np.testing.assert_array_equal(played, fresh.step(TARGETS[0])[0])
+
     monkeypatch.setattr(env.unwrapped.pusht, "step", broken)
     with pytest.raises(RuntimeError, match="pymunk failed"):
         env.step(TARGETS[0])
@@ -116,12 +126,19 @@ def test_the_twin_plays_a_chunk_whole_or_ends_the_episode(make, monkeypatch):
 
 
 @pusht
-def test_a_shared_model_is_checked_as_its_checkpoint_would_be(tiny_model, stand_in_model):
-    """model= carries the folder it was loaded from: a model of the other world is refused as
-    checkpoint= is; device= or dtype= that the shared model does not run on are refused, not ignored."""
+def test_a_shared_model_is_checked_as_its_checkpoint_would_be(tiny_model, stand_in_model, tmp_path, monkeypatch):
+    """model= carries the folder it was loaded from (absolute, whatever the working folder later): a model of
+    the other world is refused as checkpoint= is, also through ~; device= or dtype= that the shared model does
+    not run on are refused, not ignored."""
     from cosmos3_gym.model.model import Cosmos3Model
 
-    pusht_model = Cosmos3Model.from_pretrained(PUSHT_CHECKPOINT, device="cpu")
+    (tmp_path / "pusht").symlink_to(PUSHT_CHECKPOINT)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(ValueError, match=r"checkpoint='~/pusht' was trained for Cosmos3PushT-v0"):
+        gym.make("Cosmos3World-v0", checkpoint="~/pusht")
+    monkeypatch.chdir(tmp_path)
+    pusht_model = Cosmos3Model.from_pretrained("pusht", device="cpu")
+    monkeypatch.chdir("/")
     with pytest.raises(ValueError, match=r"model= \(loaded from '.*cosmos3-pusht'\) was trained for Cosmos3PushT-v0"):
         gym.make("Cosmos3World-v0", model=pusht_model)
     with pytest.raises(ValueError, match=r"model= \(loaded from '.*cosmos3-tiny'\) was trained for Cosmos3World-v0"):
@@ -130,8 +147,9 @@ def test_a_shared_model_is_checked_as_its_checkpoint_would_be(tiny_model, stand_
                             ({"dtype": "bfloat16"}, r"dtype=torch.bfloat16 and model= \(in torch.float32\)")):
         with pytest.raises(ValueError, match=match):
             gym.make("Cosmos3World-v0", model=tiny_model, **keywords)
-    shared = gym.make("Cosmos3World-v0", model=tiny_model, device="cpu", dtype="float32")
-    assert shared.unwrapped.vector.model is tiny_model
+    for device in ("cpu", "cpu:0"):
+        shared = gym.make("Cosmos3World-v0", model=tiny_model, device=device, dtype="float32")
+        assert shared.unwrapped.vector.model is tiny_model
     assert Cosmos3PushTVectorEnv(1, model=stand_in_model).model is stand_in_model  # built in memory: taken as it is
 
 
@@ -153,8 +171,11 @@ def test_render_before_the_first_reset_gives_nothing(make):
                  r"number >= 0", marks=pusht),
     pytest.param("PushT-Twin-v0", {"damping": -5.0}, r"damping=-5.0 is invalid", marks=pusht),
     pytest.param("PushT-Twin-v0", {"damping": "x"}, r"damping='x' is invalid", marks=pusht),
-    pytest.param("PushT-Twin-v0", {"block_cog": "x"}, r"block_cog='x' is invalid; use None .* or two finite",
+    pytest.param("PushT-Twin-v0", {"block_cog": "x"}, r"block_cog='x' is invalid; use None .* or a tuple of two",
                  marks=pusht),
+    pytest.param("PushT-Twin-v0", {"block_cog": np.array([0.0, 1.0])}, r"block_cog=array", marks=pusht),
+    pytest.param("PushT-Twin-v0", {"block_cog": (1e300, 0.0)}, r"within the board's 512 units", marks=pusht),
+    pytest.param("PushT-Twin-v0", {"damping": 10**400}, r"damping=1000.* is invalid", marks=pusht),
     pytest.param("PushT-Twin-v0", {"visualization_width": -1}, r"visualization_width=-1 is invalid; use an integer",
                  marks=pusht),
 ])
