@@ -82,8 +82,8 @@ def test_a_reset_that_raises_leaves_the_envs_generator_as_it_was(make, monkeypat
 @pusht
 def test_the_twin_plays_a_chunk_whole_or_ends_the_episode(make, monkeypatch):
     """gym-pusht's physics has no undo: a Ctrl-C during a chunk waits for its end and says the step took
-    effect (the state is a whole chunk's); an error inside gym-pusht ends the episode instead of leaving it
-    half played, and a reset starts a good one."""
+    effect (the state is a whole chunk's), unless the program ignores Ctrl-C (then nothing is raised); an
+    error inside gym-pusht ends the episode instead of leaving it half played, and a reset starts a good one."""
     env, fresh = make("PushT-Twin-v0"), make("PushT-Twin-v0")
     for e in (env, fresh):
         e.reset(seed=3)
@@ -104,9 +104,6 @@ def test_the_twin_plays_a_chunk_whole_or_ends_the_episode(make, monkeypatch):
     monkeypatch.setattr(env.unwrapped.pusht, "step", real_step)
     np.testing.assert_array_equal(env.step(TARGETS[1])[0], fresh.step(TARGETS[1])[0])
 
-    def broken(action):
-        raise RuntimeError("pymunk failed")
-
     monkeypatch.setattr(env.unwrapped.pusht, "step", ctrl_c_at_the_third)  # a program that ignores Ctrl-C
     calls.clear()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -115,6 +112,9 @@ def test_the_twin_plays_a_chunk_whole_or_ends_the_episode(make, monkeypatch):
     finally:
         signal.signal(signal.SIGINT, previous)
     np.testing.assert_array_equal(played, fresh.step(TARGETS[0])[0])
+
+    def broken(action):
+        raise RuntimeError("pymunk failed")
 
     monkeypatch.setattr(env.unwrapped.pusht, "step", broken)
     with pytest.raises(RuntimeError, match="pymunk failed"):
