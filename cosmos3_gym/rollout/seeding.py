@@ -13,7 +13,8 @@ SEED_RANGE = (0, 2**63 - 1)
 
 
 def checked_seed(seed, name: str = "seed") -> int:
-    """``seed`` (an integer, or a 0-d integer array) as an int in :data:`SEED_RANGE`, or ``ValueError`` naming it."""
+    """``seed`` (an integer, or a 0-d integer array) as an int in :data:`SEED_RANGE`, or ``ValueError``
+    naming it."""
     if isinstance(seed, np.ndarray) and seed.ndim == 0:
         seed = seed.item()
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
@@ -26,11 +27,9 @@ def checked_seed(seed, name: str = "seed") -> int:
 def per_env_seeds(seed, num_envs: int) -> list[int] | None:
     """The seeds of ``reset(seed=...)`` for ``num_envs`` envs: one per env from a list, ``s + i``
     for an int ``s``, None for None (the caller draws); ``ValueError`` naming what is wrong."""
-    if isinstance(seed, np.ndarray) and seed.ndim == 0:
-        seed = seed.item()
     if seed is None:
         return None
-    if isinstance(seed, (list, tuple, np.ndarray)):
+    if isinstance(seed, (list, tuple)) or (isinstance(seed, np.ndarray) and seed.ndim):  # a 0-d array is one seed
         if len(seed) != num_envs:
             raise ValueError(f"seed has {len(seed)} entries; expected one per env ({num_envs})")
         return [checked_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
