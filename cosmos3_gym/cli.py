@@ -529,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "the checkers raised for an env, once, as plain text. SB3 refuses noise mode by design "
                        "(an unbounded action space): that line reports SB3's own message; where SB3's checker "
                        "passes a Dict action space (noise mode of the sound and action envs), the line says that "
-                       "SB3's algorithms do not take it. All of them take about 2 minutes on a 2-core CPU; "
+                       "SB3's algorithms do not take it. All of them take about 2.5 minutes on a 2-core CPU; "
                        "--env ID (again for more) checks those alone.")
     p.add_argument("--env", action="append", type=_any_env_id, default=None, metavar="ENV_ID",
                    help="check only this env id (give it again for more; default: every registered id)")

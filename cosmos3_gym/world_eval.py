@@ -267,8 +267,10 @@ def main(argv=None) -> dict:
     out = Path(args.out)  # made and proven writable by the flags' check
     model, truth, policies, make_dream, harness_kwargs, metric, (dream_name, truth_name) = _worlds(args)
     records, started, cpu = {}, time.perf_counter(), time.process_time()
-    for num_steps in args.steps_list:
+    for setting, num_steps in enumerate(args.steps_list, 1):
         label = f"num_steps={num_steps}" + (f", success_margin={args.success_margin}" if args.success_margin else "")
+        if args.progress:
+            print(f"setting {setting}/{len(args.steps_list)}: {label}", flush=True)
         records[label] = evaluate_world(make_dream(num_steps), truth, policies, episodes=args.episodes,
                                         seed=args.seed, label=label, progress=args.progress, **harness_kwargs)
         print(f"{label}: {json.dumps(key_numbers(records[label]))}", flush=True)

@@ -50,6 +50,7 @@ class Args:
     out: str = "out"  # the folder of grpo_reward.png
     quick: bool = False  # --iterations 20 (unless given): a third of the time, ending inside the early dip
     QUICK: ClassVar[dict] = {"iterations": 20}
+    FLAG_ALIASES: ClassVar[dict] = {"env_id": ("--env",)}  # the command line's name for it also works
 
     def __post_init__(self):
         if self.quick:

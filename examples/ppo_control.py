@@ -42,6 +42,7 @@ class Args:
     out: str = "out"  # the folder of ppo_reward.png
     quick: bool = False  # --total-timesteps 4096 (unless given): the rise in a quarter of the steps
     QUICK: ClassVar[dict] = {"total_timesteps": 4096}
+    FLAG_ALIASES: ClassVar[dict] = {"env_id": ("--env",)}  # the command line's name for it also works
 
     def __post_init__(self):  # every env ends an episode at least once: the curve needs one
         if self.quick:

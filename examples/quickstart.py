@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import gymnasium as gym
 import imageio.v2 as imageio
@@ -30,6 +31,7 @@ class Args:
     out: str = "out"  # the folder of the GIFs and the log-prob plot
     gallery: int = 0  # > 0: also render one vector-env episode over this many preset prompts
     scale: int = 6  # pixel upscaling of the written GIFs
+    FLAG_ALIASES: ClassVar[dict] = {"env_id": ("--env",)}  # the command line's name for it also works
 
     def __post_init__(self):
         require_at_least(self, gallery=0, scale=1)

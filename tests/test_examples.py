@@ -86,6 +86,17 @@ def test_every_flag_of_every_example_says_what_it_is(script, monkeypatch):
     assert sorted(field_comments(args)) == sorted(field.name for field in dataclasses.fields(args))
 
 
+@pytest.mark.parametrize("script", ["quickstart.py", "ppo_control.py", "grpo_finetune.py"])
+def test_an_example_takes_the_env_id_as_the_command_line_names_it(script, monkeypatch):
+    """``--env`` (the command line's flag) and ``--env-id`` (CleanRL's) set the same field."""
+    from cosmos3_gym.train.args import parse_args
+
+    args = _example(script, monkeypatch).Args
+    assert args().env_id != "Cosmos3RolloutT2I-v0"
+    for flag in ("--env", "--env-id"):
+        assert parse_args(args, [flag, "Cosmos3RolloutT2I-v0"]).env_id == "Cosmos3RolloutT2I-v0"
+
+
 @pytest.mark.parametrize("script, quick", [("ppo_control.py", {"total_timesteps": 4096}),
                                            ("policy_grpo.py", {"iterations": 20}),
                                            ("grpo_finetune.py", {"iterations": 20}),

@@ -460,10 +460,10 @@ def evaluate_policies(imagined, truth, policies: Mapping[str, Any], seeds: Seque
     """
     seeds = [int(s) for s in seeds]
     rows = []
-    for name, policy in policies.items():
+    for i, (name, policy) in enumerate(policies.items(), 1):
         policy = as_policy(policy)
         runs: dict[str, list[dict]] = {"true": [], "imagined": []}
-        bar = tqdm(seeds, desc=f"policy {name}", disable=not progress, leave=False)
+        bar = tqdm(seeds, desc=f"policy {i}/{len(policies)} {name}", disable=not progress, leave=False)
         for s in bar:
             for world, env in (("true", truth), ("imagined", imagined)):
                 rng = policy_rng(seed, name, s)

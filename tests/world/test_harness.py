@@ -407,6 +407,13 @@ def test_policies_can_be_callables_or_models_with_predict(truth):
         harness.as_policy(42)
 
 
+def test_each_policys_bar_says_how_many_policies_remain(truth, capsys):
+    still = lambda obs, info, rng: np.zeros((8, 2), np.float32)  # noqa: E731
+    harness.evaluate_policies(CopyWorld(), truth, {"first": still, "second": still}, SEEDS[:1], progress=True)
+    bars = capsys.readouterr().err
+    assert "policy 1/2 first" in bars and "policy 2/2 second" in bars
+
+
 # --- closed forms -----------------------------------------------------------------------------
 def test_pearson_and_spearman_on_hand_made_numbers():
     assert harness.pearson([1, 2, 3], [1, 2, 4]) == pytest.approx(9 / math.sqrt(84))  # cov 3, var 2 and 14/3
