@@ -57,7 +57,7 @@ from .model.model import check_checkpoint, checked_device, load_component
 from .model.tasks import ROBOT_TASKS, Task
 from .model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_components, build_tiny_tokenizer, \
     save_checkpoint, scale_action_heads
-from .train.args import parse_args, refuse_to_replace_a_checkpoint, require_at_least, \
+from .train.args import check_trainer_command, check_trainer_flags, parse_args, require_at_least, \
     require_finite_non_negative
 from .train.world_model import CONDITION_NOISE_MEANING, NUM_FRAMES, ActionPool, _fused, _lr, _update, \
     canvas_reconstruction, check_imagined_conditions, draw_tasks, eval_mode, flow_matching_loss, latent_cells, \
@@ -154,9 +154,12 @@ class PushTTrainArgs:
         if self.action_frame not in ("", *ACTION_FRAMES):
             raise ValueError(f"--action-frame {self.action_frame!r} is invalid; use one of {ACTION_FRAMES} "
                              "(or leave it out for --init-from's)")
-        for name in ("near_goal", "held_out", "vae_share", "uncond_prob"):
+        check_trainer_flags(self)
+        for name in ("near_goal", "vae_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} is not a share in [0, 1]")
+        if not 0.0 <= self.held_out < 1.0:
+            raise ValueError(f"--held-out {self.held_out} is not a share in [0, 1): some episodes have to train")
         check_imagined_conditions(self, [self.task_weights])
         if self.imagined_conditions and not self.clips_file and self.clips_per_episode < 2:
             raise ValueError(f"--imagined-conditions needs episodes of two clips or more, but --clips-per-episode is "
@@ -483,7 +486,7 @@ def _usage_error(message: str):
 
 
 def main(argv=None) -> int:
-    args = parse_args(PushTTrainArgs, argv, __doc__, prog=PROG, check=refuse_to_replace_a_checkpoint)
+    args = parse_args(PushTTrainArgs, argv, __doc__, prog=PROG, check=check_trainer_command)
     torch.backends.cuda.matmul.allow_tf32 = True
     start = time.time()
     deadline = start + 60 * args.max_minutes if args.max_minutes > 0 else float("inf")

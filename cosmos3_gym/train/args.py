@@ -125,6 +125,34 @@ def require_finite_non_negative(args, **meanings) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value} is not a finite number >= 0 ({meaning})")
 
 
+def check_trainer_flags(args) -> None:
+    """The flags both world-model trainers share, refused before anything loads (call from
+    ``__post_init__``): a NaN or infinite rate or weight trains to a checkpoint of NaNs without a word,
+    and an empty ``--out`` would write into the working directory."""
+    if not args.out.strip():
+        raise ValueError(f"--out {args.out!r} names no folder; give the folder to write the checkpoint to")
+    for name, meaning in (("lr", "the transformer's peak learning rate"), ("vae_lr", "the VAE's peak learning rate")):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0.0):
+            raise ValueError(f"--{name.replace('_', '-')} {value} is not a finite number > 0 ({meaning})")
+    require_finite_non_negative(args, kl_weight="the weight of the VAE's KL term", max_minutes="0: no time limit")
+    if not 0.0 <= args.uncond_prob <= 1.0:
+        raise ValueError(f"--uncond-prob {args.uncond_prob} is not a share in [0, 1]")
+
+
+def check_trainer_command(args) -> None:
+    """A trainer's command-line checks (``parse_args(..., check=)``): :func:`refuse_to_replace_a_checkpoint`,
+    and an ``--init-from`` that is not a checkpoint refused as a usage error before anything loads."""
+    from ..model.checkpoint import check_checkpoint
+
+    refuse_to_replace_a_checkpoint(args)
+    if args.init_from:
+        try:
+            check_checkpoint(args.init_from)
+        except (FileNotFoundError, ValueError) as error:
+            raise ValueError(f"--init-from: {error}") from None
+
+
 def apply_quick(args, quick: dict) -> None:
     """An example's ``--quick``: each of ``quick``'s values replaces its field where the field is still
     at its default, so that a flag given beside ``--quick`` wins."""

@@ -42,13 +42,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .args import parse_args, refuse_to_replace_a_checkpoint, require_at_least, require_finite_non_negative
+from .args import check_trainer_command, check_trainer_flags, parse_args, require_at_least, require_finite_non_negative
 from ..model.model import Cosmos3Model, checked_device, load_component
 from ..model.diffusers_private import crop_action_latent, encode_video
 from ..model.packing import RowSpec, to_device
 from ..model.tasks import ROBOT_TASKS, Task, checked_domain
 from ..model.tasks import TASKS as TASK_TABLE
-from ..model.tiny_model import build_tiny_components, save_checkpoint
+from ..model.tiny_model import TRANSFORMER_CONFIG, VAE_CONFIG, build_tiny_components, save_checkpoint
 from ..rollout.procedural_world import ACTION_KINDS, action_chunks, dataset, object_pixels, replay_from
 
 NUM_FRAMES, SIZE, FPS = 9, 32, 24.0
@@ -114,6 +114,7 @@ class TrainArgs:
     def __post_init__(self):  # before anything loads: a typo fails in a second, not after the VAE stage
         require_at_least(self, data_workers=0, vae_canvas_batch=0, vae_canvas_every=1, imagined_pool=1)
         checked_device(self.device, name="--device", cpu_hint="--device cpu")
+        check_trainer_flags(self)
         require_finite_non_negative(self, condition_noise=CONDITION_NOISE_MEANING,
                                     latent_foreground_weight="0: every element weighted alike")
         if self.vae_canvas_batch and 0 < self.vae_steps < self.vae_canvas_every:
@@ -660,9 +661,26 @@ def _load_weights(components: dict, checkpoint: Path) -> None:
     components["vae"] = load_component(AutoencoderKLWan, checkpoint, "vae", torch.float32)  # refused unless it fits
 
 
+def check_command(args: TrainArgs) -> None:
+    """:func:`~cosmos3_gym.train.args.check_trainer_command`, and an ``--init-from`` of other sizes than the
+    embedded model's (a PushT checkpoint, say) refused before anything loads, not at its first weight."""
+    check_trainer_command(args)
+    if not args.init_from:
+        return
+    init = Path(args.init_from).expanduser()
+    sizes = {part: json.loads((init / part / "config.json").read_text()) for part in ("transformer", "vae")}
+    ours = {"transformer": TRANSFORMER_CONFIG, "vae": VAE_CONFIG}
+    other = {f"{part}.{key}": value for part, config in sizes.items() for key, value in config.items()
+             if key in ours[part] and not key.startswith("latents_") and value != ours[part][key]}  # not trained ones
+    if other:
+        raise ValueError(f"--init-from {args.init_from} is a model of other sizes than the embedded world's ("
+                         + ", ".join(f"{key} {value}" for key, value in other.items()) + "); this trainer continues "
+                         "checkpoints of its sizes (cosmos3_gym/assets/cosmos3-tiny); a PushT checkpoint continues "
+                         "with python -m cosmos3_gym.train_pusht")
+
+
 def main(argv=None) -> int:
-    args = parse_args(TrainArgs, argv, __doc__, prog="python -m cosmos3_gym.train.world_model",
-                      check=refuse_to_replace_a_checkpoint)
+    args = parse_args(TrainArgs, argv, __doc__, prog="python -m cosmos3_gym.train.world_model", check=check_command)
     torch.backends.cuda.matmul.allow_tf32 = True
     start = time.time()
     components = build_tiny_components(args.init_seed)

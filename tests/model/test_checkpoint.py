@@ -273,6 +273,53 @@ def test_trainers_refuse_to_replace_a_checkpoint_without_overwrite(tmp_path, cap
     assert not Path(args_class.out).resolve().is_relative_to(TINY_CHECKPOINT.parent.resolve())
 
 
+@pytest.mark.parametrize("trainer", ["cosmos3_gym.train.world_model", "cosmos3_gym.train_pusht"])
+@pytest.mark.parametrize("flags, message", [
+    (["--lr", "nan"], "--lr nan is not a finite number > 0 (the transformer's peak learning rate)"),
+    (["--lr", "0"], "--lr 0.0 is not a finite number > 0"),
+    (["--vae-lr", "inf"], "--vae-lr inf is not a finite number > 0 (the VAE's peak learning rate)"),
+    (["--kl-weight", "nan"], "--kl-weight nan is not a finite number >= 0"),
+    (["--max-minutes", "-1"], "--max-minutes -1.0 is not a finite number >= 0 (0: no time limit)"),
+    (["--uncond-prob", "1.5"], "--uncond-prob 1.5 is not a share in [0, 1]"),
+    (["--out", " "], "--out ' ' names no folder; give the folder to write the checkpoint to"),
+    (["--init-from", "NOWHERE"], "--init-from: checkpoint='NOWHERE' is not a directory"),
+])
+def test_trainers_refuse_rates_weights_budgets_and_folders_that_cannot_train(tmp_path, capsys, monkeypatch, trainer,
+                                                                              flags, message):
+    """A NaN rate or weight used to train to a checkpoint of NaNs, a negative budget ran unbounded, an empty
+    --out wrote into the working directory, a missing --init-from failed with a traceback: each is a usage
+    error before anything loads, and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    module = importlib.import_module(trainer)
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--device", "cpu", "--out", str(tmp_path / "run"), *flags])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and not any((tmp_path / "run").iterdir())
+
+
+def test_the_pusht_trainer_keeps_some_episodes_to_train_on(capsys, tmp_path):
+    from cosmos3_gym.train_pusht import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu", "--held-out", "1", "--out", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    assert "--held-out 1.0 is not a share in [0, 1): some episodes have to train" in capsys.readouterr().err
+
+
+def test_the_world_trainer_refuses_to_continue_a_model_of_other_sizes(capsys, tmp_path):
+    """A PushT checkpoint (wider, deeper) used to fail at its first weight with torch's size mismatch."""
+    from cosmos3_gym.train.world_model import main
+    from cosmos3_gym.world.pusht import PUSHT_CHECKPOINT
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--device", "cpu", "--init-from", PUSHT_CHECKPOINT, "--vae-steps", "0", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "is a model of other sizes than the embedded world's (" in err
+    assert "transformer.hidden_size 192" in err and "python -m cosmos3_gym.train_pusht" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_scene_batches_rendered_ahead_are_the_worlds_videos():
     """Worker processes render the same videos and captions, in the same order, as the world itself."""
     from cosmos3_gym.train.world_model import NUM_FRAMES, SIZE, scene_batches
