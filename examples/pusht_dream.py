@@ -1,7 +1,7 @@
 """PushT imagined next to PushT itself: the same actions in gym-pusht and in Cosmos 3's dream of it.
 
     pip install -e '.[pusht]'
-    python examples/pusht_dream.py             # out/pusht_dream.gif, out/pusht_dream.png (about half a minute, 2 CPU cores)
+    python examples/pusht_dream.py             # out/pusht_dream.gif, out/pusht_dream.png (half a minute, 2 CPU cores)
     python examples/pusht_dream.py --seed 3 --policy "random walk"
 
 A reference policy (:func:`cosmos3_gym.world.pusht_eval.pusht_policies`) plays gym-pusht
