@@ -1,9 +1,19 @@
+import signal
+
 import gymnasium as gym
 import pytest
 import torch
 
 import cosmos3_gym  # noqa: F401  (registers the env ids)
 from cosmos3_gym.model.model import Cosmos3Model
+
+
+def pytest_configure(config):
+    """Ctrl-C as Python handles it by default, whatever the suite was started from: a shell's background
+    job (``nohup make test &``) inherits SIGINT ignored, and the envs leave an ignored Ctrl-C alone, so the
+    tests that send one would see nothing happen."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 # One intra-op thread: the tiny model's ops are too small to gain from more, and on a busy
 # machine torch's spinning worker threads slow each small operation 50-240x (see README, "Threads").
